@@ -1,0 +1,5 @@
+import sys
+
+from ateom.cli import main
+
+sys.exit(main())

@@ -1,0 +1,85 @@
+"""ateom's one exception hierarchy.
+
+Every error ateom raises on purpose is an `AteomError`. Each carries a `code`
+named after the gRPC status it maps to, so the daemon translates errors to the
+wire without a table of special cases, and the CLI can print them plainly.
+The core never imports grpc: codes are plain enum members here.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class ErrorCode(enum.Enum):
+    """gRPC status names (grpc.StatusCode[member.name] is the wire code)."""
+
+    INVALID_ARGUMENT = "INVALID_ARGUMENT"
+    FAILED_PRECONDITION = "FAILED_PRECONDITION"
+    NOT_FOUND = "NOT_FOUND"
+    ALREADY_EXISTS = "ALREADY_EXISTS"
+    PERMISSION_DENIED = "PERMISSION_DENIED"
+    RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"
+    UNIMPLEMENTED = "UNIMPLEMENTED"
+    UNAVAILABLE = "UNAVAILABLE"
+    INTERNAL = "INTERNAL"
+
+
+class AteomError(Exception):
+    """Base class: a message meant for a human, and the gRPC code that fits it."""
+
+    code: ErrorCode = ErrorCode.INTERNAL
+
+    def __init__(self, message: str, *, code: ErrorCode | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class SpecError(AteomError):
+    """A CDI spec could not be read or is invalid.
+
+    `path` is the spec file, `field` the JSON path inside it
+    (e.g. ``devices[2].containerEdits.deviceNodes[0].majr``), `reason` the rule
+    broken. str() gives ``path: field: reason``.
+    """
+
+    code = ErrorCode.INVALID_ARGUMENT
+
+    def __init__(self, path: str, reason: str, field: str = "") -> None:
+        self.path = path
+        self.field = field
+        self.reason = reason
+        where = f"{path}: {field}: " if field else f"{path}: "
+        super().__init__(where + reason)
+
+
+class QualifiedNameError(AteomError):
+    """A qualified CDI device name (vendor.com/class=name) is malformed."""
+
+    code = ErrorCode.INVALID_ARGUMENT
+
+
+class ResolutionError(AteomError):
+    """One or more requested CDI devices cannot be resolved.
+
+    `failures` maps each failing qualified name to why it failed.
+    """
+
+    code = ErrorCode.FAILED_PRECONDITION
+
+    def __init__(self, failures: dict[str, str]) -> None:
+        self.failures = dict(failures)
+        lines = [f"  {name}: {why}" for name, why in self.failures.items()]
+        noun = "device" if len(self.failures) == 1 else "devices"
+        super().__init__(f"unresolvable CDI {noun}:\n" + "\n".join(lines))
+
+
+class InjectionError(AteomError):
+    """Devices could not be injected into a bundle; the bundle was left untouched."""
+
+    code = ErrorCode.FAILED_PRECONDITION

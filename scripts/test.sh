@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Set up (if needed) and run the whole test suite: lint, types, tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/bootstrap.sh
+PYTHON=${PYTHON:-python3}
+"$PYTHON" -m ruff check ateom tests benchmarks
+"$PYTHON" -m mypy
+exec "$PYTHON" -m pytest -q "$@"

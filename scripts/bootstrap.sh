@@ -20,8 +20,8 @@ if ((${#missing[@]})); then
 fi
 
 PYTHON=${PYTHON:-python3}
-if ! "$PYTHON" -c 'import ateom, pytest, hypothesis, grpc_tools' 2>/dev/null \
-        || [ pyproject.toml -nt "$("$PYTHON" -c 'import ateom,os;print(os.path.dirname(ateom.__file__))' 2>/dev/null || echo /)" ]; then
-    echo "bootstrap: pip install -e .[test]" >&2
+# Always (re)install this tree in editable mode: a fresh clone must not run an
+# older checkout's code through the `ateom` console script.
+if ! "$PYTHON" -m pip install -q --disable-pip-version-check --no-build-isolation -e '.[test]' 2>/dev/null; then
     "$PYTHON" -m pip install -q --disable-pip-version-check -e '.[test]'
 fi

@@ -1,0 +1,61 @@
+"""Test support for ateom and for code that drives it (like ``structlog.testing``).
+
+Everything here builds *real* parts on a machine without a GPU:
+
+- `build_fake_driver_libs`: real ELF driver libraries compiled with gcc, with
+  the SONAMEs NVIDIA's carry (``libcuda.so.<ver>`` -> ``libcuda.so.1``, whose
+  ``cuInit`` returns 0), and `build_cuda_probe`, a program linked against them.
+- `write_sim_gpu_spec`: an ``nvidia.com/gpu`` CDI spec shaped like
+  ``nvidia-ctk cdi generate`` output whose GPU and control nodes are stand-in
+  host char devices (/dev/null, /dev/zero, ...).
+- `build_busybox_bundle`: an OCI bundle whose rootfs is busybox-static.
+- `run_container`: run a bundle under real ``runsc`` or ``runc`` with a unique
+  container id, log files instead of /dev/null, and guaranteed clean-up.
+
+Needs gcc for the libraries and /bin/busybox for bundles; nothing here is
+imported by the daemon itself.
+"""
+
+from ateom.testing.bundle import (
+    BUSYBOX,
+    build_busybox_bundle,
+    host_loader_mounts,
+    read_config,
+    write_config,
+)
+from ateom.testing.driver import (
+    DEFAULT_DRIVER_VERSION,
+    FakeLibrary,
+    build_cuda_probe,
+    build_fake_driver_libs,
+    compile_shared_library,
+)
+from ateom.testing.runtime import (
+    ContainerResult,
+    run_container,
+    runtime_available,
+)
+from ateom.testing.spec import (
+    SIM_GPU_KIND,
+    STAND_IN_DEVICES,
+    write_sim_gpu_spec,
+)
+
+__all__ = [
+    "BUSYBOX",
+    "DEFAULT_DRIVER_VERSION",
+    "SIM_GPU_KIND",
+    "STAND_IN_DEVICES",
+    "ContainerResult",
+    "FakeLibrary",
+    "build_busybox_bundle",
+    "build_cuda_probe",
+    "build_fake_driver_libs",
+    "compile_shared_library",
+    "host_loader_mounts",
+    "read_config",
+    "run_container",
+    "runtime_available",
+    "write_config",
+    "write_sim_gpu_spec",
+]

@@ -1,0 +1,111 @@
+"""The example GPU worker manifest: parsed with PyYAML, the fields that matter checked."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+
+
+def all_documents() -> list[tuple[Path, dict[str, Any]]]:
+    docs = []
+    for path in sorted(DEPLOY.glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc is not None:
+                docs.append((path, doc))
+    return docs
+
+
+@pytest.fixture(scope="module")
+def pod() -> dict[str, Any]:
+    pods = [d for _, d in all_documents() if d.get("kind") == "Pod"]
+    assert len(pods) == 1
+    return pods[0]
+
+
+@pytest.fixture(scope="module")
+def ateom(pod: dict[str, Any]) -> dict[str, Any]:
+    (container,) = [c for c in pod["spec"]["containers"] if c["name"] == "ateom"]
+    return container
+
+
+def env_of(container: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container.get("env", [])}
+
+
+def test_every_manifest_parses_and_names_its_kind() -> None:
+    docs = all_documents()
+    assert docs
+    for path, doc in docs:
+        assert doc.get("apiVersion") and doc.get("kind"), path
+
+
+def test_gpu_requested_in_requests_and_limits_equally(ateom: dict[str, Any]) -> None:
+    res = ateom["resources"]
+    assert res["requests"]["nvidia.com/gpu"] == res["limits"]["nvidia.com/gpu"]
+    assert int(res["limits"]["nvidia.com/gpu"]) >= 1
+
+
+def test_tolerates_the_gpu_taint(pod: dict[str, Any]) -> None:
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod[
+        "spec"
+    ]["tolerations"]
+
+
+def test_toolkit_hostpath_mounted_read_only_where_ateom_looks(
+    pod: dict[str, Any], ateom: dict[str, Any]
+) -> None:
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    mounts = {m["mountPath"]: m for m in ateom["volumeMounts"]}
+    toolkit = mounts["/opt/nvidia-toolkit"]
+    assert toolkit["readOnly"] is True
+    assert "hostPath" in volumes[toolkit["name"]]
+    assert env_of(ateom)["ATEOM_NVIDIA_TOOLKIT_DIR"] == "/opt/nvidia-toolkit"
+
+
+def test_driver_root_is_configured(ateom: dict[str, Any]) -> None:
+    assert env_of(ateom)["ATEOM_NVIDIA_DRIVER_ROOT"].startswith("/")
+
+
+def test_socket_volume_shared_through_the_host_per_pod(
+    pod: dict[str, Any], ateom: dict[str, Any]
+) -> None:
+    env = env_of(ateom)
+    socket_dir = str(Path(env["ATEOM_SOCKET"]).parent)
+    mount = next(m for m in ateom["volumeMounts"] if m["mountPath"] == socket_dir)
+    volume = next(v for v in pod["spec"]["volumes"] if v["name"] == mount["name"])
+    assert "hostPath" in volume, "the node agent reaches the socket through the host"
+    # One directory per Pod, named from the downward API.
+    assert mount["subPathExpr"] == "$(POD_NAME)"
+    assert env["POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+
+
+def test_health_probes_check_grpc_health_on_the_socket(ateom: dict[str, Any]) -> None:
+    socket = env_of(ateom)["ATEOM_SOCKET"]
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        command = ateom[probe]["exec"]["command"]
+        assert command[:2] == ["ateom", "health"], probe
+        assert command[command.index("--socket") + 1] == socket
+
+
+def test_not_privileged_so_only_the_pods_gpus_are_visible(ateom: dict[str, Any]) -> None:
+    sc = ateom["securityContext"]
+    assert sc["privileged"] is False
+    assert "SYS_ADMIN" in sc["capabilities"]["add"]
+    assert sc["capabilities"]["drop"] == ["ALL"]
+
+
+def test_drain_fits_in_the_termination_grace(pod: dict[str, Any], ateom: dict[str, Any]) -> None:
+    grace = next(
+        int(a.split("=", 1)[1]) for a in ateom["args"] if a.startswith("--shutdown-grace=")
+    )
+    assert pod["spec"]["terminationGracePeriodSeconds"] > grace
+
+
+def test_metrics_port_matches_the_listen_address(ateom: dict[str, Any]) -> None:
+    port = int(env_of(ateom)["ATEOM_METRICS_LISTEN"].rpartition(":")[2])
+    assert {"name": "metrics", "containerPort": port, "protocol": "TCP"} in ateom["ports"]

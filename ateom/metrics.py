@@ -1,0 +1,231 @@
+"""Prometheus metrics: what the daemon did, how long it took, what it hosts.
+
+One `Metrics` object per daemon, on its own registry (not the client library's
+global one), so tests and two daemons in one process never share counters. The
+daemon feeds it from two seams only:
+
+- its RPC seam: ``metrics.observe_rpc(method, code, seconds)`` once per call,
+  or ``with metrics.rpc(method) as call: ...`` which times the block and takes
+  the code from the AteomError that escapes it (``call.code`` may be set too);
+- its phase seam: ``metrics.observe_phase(phase, seconds, ok)`` once per phase,
+  or ``with metrics.phase("runsc_create"): ...``;
+
+plus ``set_hosted_actors(n)`` when the actor table changes and
+``record_soname_cache(hits, misses)`` after each injection. Exposition is off
+unless the daemon calls `start_metrics_server` (``--metrics-listen``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import start_http_server
+
+from ateom import __version__
+from ateom.errors import AteomError, ErrorCode
+
+NAMESPACE = "ateom"
+
+# Phases the daemon times. Names are label values, so they are a closed list:
+# a typo in the daemon must fail loudly, not start a new time series.
+PHASES = (
+    "inject",  # CDI resolution + bundle injection, per container
+    "cdi_generate",  # nvidia-ctk cdi generate, when the node had no spec
+    "runsc_create",
+    "runsc_start",
+    "runsc_checkpoint",
+    "runsc_restore",
+    "runsc_kill",
+    "runsc_delete",
+)
+
+# RPCs take from milliseconds (stats) to minutes (checkpointing a large GPU
+# sandbox); the default buckets stop at 10 s.
+RPC_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+PHASE_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+
+
+@dataclass
+class RpcCall:
+    """The code an RPC ended with; the `rpc` context manager's handle."""
+
+    method: str
+    code: str = "OK"
+
+
+class Metrics:
+    """The daemon's metrics, registered on `self.registry`."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.rpc_requests = Counter(
+            "rpc_requests",
+            "gRPC calls handled, by method and status code.",
+            ["method", "code"],
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
+        self.rpc_duration = Histogram(
+            "rpc_duration_seconds",
+            "gRPC call latency, by method and status code.",
+            ["method", "code"],
+            namespace=NAMESPACE,
+            buckets=RPC_BUCKETS,
+            registry=self.registry,
+        )
+        self.phase_duration = Histogram(
+            "phase_duration_seconds",
+            "Duration of one lifecycle phase (inject, runsc create/start/checkpoint/restore...).",
+            ["phase", "outcome"],
+            namespace=NAMESPACE,
+            buckets=PHASE_BUCKETS,
+            registry=self.registry,
+        )
+        self.hosted_actors = Gauge(
+            "hosted_actors",
+            "Actors this worker hosts right now.",
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
+        self.soname_cache = Counter(
+            "injection_soname_cache_lookups",
+            "SONAME reads during injection, by whether the cache answered (hit) or ELF was read.",
+            ["result"],
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
+        self.build_info = Gauge(
+            "build_info",
+            "Always 1; the labels say which ateom this is.",
+            ["version"],
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
+        self.build_info.labels(version=__version__).set(1)
+        # Series that exist from the start read 0 rather than absent, so a
+        # rate() over the first actor's run is defined.
+        for result in ("hit", "miss"):
+            self.soname_cache.labels(result=result)
+
+    # -- RPC seam ---------------------------------------------------------------
+
+    def observe_rpc(self, method: str, code: str, seconds: float) -> None:
+        """Count one finished RPC. `code` is a gRPC status name ("OK", "NOT_FOUND", ...)."""
+        self.rpc_requests.labels(method=method, code=code).inc()
+        self.rpc_duration.labels(method=method, code=code).observe(seconds)
+
+    @contextmanager
+    def rpc(self, method: str) -> Iterator[RpcCall]:
+        """Time the block as RPC `method`.
+
+        The code is OK, the escaping AteomError's code, INTERNAL for any other
+        exception, or whatever the block set on the yielded handle (for a
+        servicer that reports errors without raising).
+        """
+        call = RpcCall(method)
+        start = time.perf_counter()
+        try:
+            yield call
+        except AteomError as exc:
+            call.code = exc.code.value
+            raise
+        except BaseException:
+            call.code = ErrorCode.INTERNAL.value
+            raise
+        finally:
+            self.observe_rpc(method, call.code, time.perf_counter() - start)
+
+    # -- phase seam -------------------------------------------------------------
+
+    def observe_phase(self, phase: str, seconds: float, ok: bool = True) -> None:
+        """Record one phase's duration; `phase` must be one of PHASES."""
+        if phase not in PHASES:
+            raise ValueError(f"unknown phase {phase!r}; known: {', '.join(PHASES)}")
+        outcome = "ok" if ok else "error"
+        self.phase_duration.labels(phase=phase, outcome=outcome).observe(seconds)
+
+    @contextmanager
+    def phase(self, phase: str) -> Iterator[None]:
+        """Time the block as `phase`; an exception makes its outcome "error"."""
+        if phase not in PHASES:
+            raise ValueError(f"unknown phase {phase!r}; known: {', '.join(PHASES)}")
+        start = time.perf_counter()
+        ok = False
+        try:
+            yield
+            ok = True
+        finally:
+            self.observe_phase(phase, time.perf_counter() - start, ok)
+
+    # -- state ------------------------------------------------------------------
+
+    def set_hosted_actors(self, count: int) -> None:
+        self.hosted_actors.set(count)
+
+    def record_soname_cache(self, hits: int, misses: int) -> None:
+        """Add one injection's SONAME cache outcome (hits answered from cache, misses read ELF)."""
+        if hits < 0 or misses < 0:
+            raise ValueError("cache hit/miss counts cannot be negative")
+        self.soname_cache.labels(result="hit").inc(hits)
+        self.soname_cache.labels(result="miss").inc(misses)
+
+    def scrape(self) -> bytes:
+        """The Prometheus text exposition of this registry, as a scraper would get it."""
+        return generate_latest(self.registry)
+
+
+def parse_listen_address(host_port: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[v6]:PORT`` for IPv6; empty host = all interfaces) -> (host, port)."""
+    host, sep, port_text = host_port.rpartition(":")
+    if not sep or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise AteomError(
+            f"--metrics-listen {host_port!r}: expected HOST:PORT with a port in 0..65535",
+            code=ErrorCode.INVALID_ARGUMENT,
+        )
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return host or "0.0.0.0", int(port_text)
+
+
+class MetricsServer:
+    """A running exposition endpoint (HTTP, any path serves the scrape)."""
+
+    def __init__(self, server: WSGIServer, thread: threading.Thread) -> None:
+        self._server = server
+        self._thread = thread
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_port)
+
+    @property
+    def host(self) -> str:
+        return str(self._server.server_address[0])
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+
+def start_metrics_server(host_port: str, metrics: Metrics) -> MetricsServer:
+    """Serve `metrics` on ``HOST:PORT`` from a daemon thread (opens a listening socket).
+
+    Port 0 picks a free port (see `.port`). Raises AteomError(UNAVAILABLE) when
+    the address cannot be bound.
+    """
+    host, port = parse_listen_address(host_port)
+    try:
+        server, thread = start_http_server(port, addr=host, registry=metrics.registry)
+    except OSError as exc:
+        raise AteomError(
+            f"--metrics-listen {host_port!r}: cannot listen: {exc.strerror or exc}",
+            code=ErrorCode.UNAVAILABLE,
+        ) from exc
+    return MetricsServer(server, thread)

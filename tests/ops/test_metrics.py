@@ -1,0 +1,177 @@
+"""Metrics: driven through the daemon's seams, read back by scraping and parsing."""
+
+from __future__ import annotations
+
+import socket
+import urllib.request
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from ateom.errors import AteomError, ErrorCode, ResolutionError
+from ateom.metrics import Metrics, parse_listen_address, start_metrics_server
+
+
+def samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, frozenset(s.labels.items()))] = s.value
+    return out
+
+
+def value(text: str, name: str, **labels: str) -> float:
+    return samples(text).get((name, frozenset(labels.items())), 0.0)
+
+
+def test_rpc_counts_and_latency_by_method_and_code() -> None:
+    m = Metrics()
+    m.observe_rpc("/ateom.Ateom/RunWorkload", "OK", 0.2)
+    m.observe_rpc("/ateom.Ateom/RunWorkload", "OK", 0.4)
+    m.observe_rpc("/ateom.Ateom/RunWorkload", "RESOURCE_EXHAUSTED", 0.001)
+    text = m.scrape().decode()
+    run = "/ateom.Ateom/RunWorkload"
+    assert value(text, "ateom_rpc_requests_total", method=run, code="OK") == 2
+    assert value(text, "ateom_rpc_requests_total", method=run, code="RESOURCE_EXHAUSTED") == 1
+    assert value(text, "ateom_rpc_duration_seconds_count", method=run, code="OK") == 2
+    assert value(text, "ateom_rpc_duration_seconds_sum", method=run, code="OK") == pytest.approx(
+        0.6
+    )
+    assert value(text, "ateom_rpc_duration_seconds_bucket", method=run, code="OK", le="0.25") == 1
+
+
+def test_rpc_context_takes_the_code_from_the_error() -> None:
+    m = Metrics()
+    with m.rpc("Run"):
+        pass
+    with pytest.raises(ResolutionError), m.rpc("Run"):
+        raise ResolutionError({"nvidia.com/gpu=9": "no such device"})
+    with pytest.raises(RuntimeError), m.rpc("Run"):
+        raise RuntimeError("bug")
+    with m.rpc("Terminate") as call:
+        call.code = ErrorCode.NOT_FOUND.value
+    text = m.scrape().decode()
+    assert value(text, "ateom_rpc_requests_total", method="Run", code="OK") == 1
+    assert value(text, "ateom_rpc_requests_total", method="Run", code="FAILED_PRECONDITION") == 1
+    assert value(text, "ateom_rpc_requests_total", method="Run", code="INTERNAL") == 1
+    assert value(text, "ateom_rpc_requests_total", method="Terminate", code="NOT_FOUND") == 1
+
+
+def test_phase_durations_with_outcome() -> None:
+    m = Metrics()
+    m.observe_phase("runsc_create", 0.3)
+    with m.phase("inject"):
+        pass
+    with pytest.raises(OSError), m.phase("runsc_start"):
+        raise OSError("runsc exited 1")
+    text = m.scrape().decode()
+    name = "ateom_phase_duration_seconds_count"
+    assert value(text, name, phase="runsc_create", outcome="ok") == 1
+    assert value(text, name, phase="inject", outcome="ok") == 1
+    assert value(text, name, phase="runsc_start", outcome="error") == 1
+    assert value(text, name, phase="runsc_start", outcome="ok") == 0
+
+
+def test_unknown_phase_is_refused_not_a_new_series() -> None:
+    m = Metrics()
+    with pytest.raises(ValueError, match="runsc_craete"):
+        m.observe_phase("runsc_craete", 1.0)
+    with pytest.raises(ValueError), m.phase("nope"):
+        pass
+
+
+def test_hosted_actors_gauge_and_cache_counters_start_at_zero_and_move() -> None:
+    m = Metrics()
+    text = m.scrape().decode()
+    assert ("ateom_hosted_actors", frozenset()) in samples(text)
+    assert value(text, "ateom_injection_soname_cache_lookups_total", result="hit") == 0
+    m.set_hosted_actors(1)
+    m.record_soname_cache(hits=38, misses=2)
+    m.record_soname_cache(hits=40, misses=0)
+    text = m.scrape().decode()
+    assert value(text, "ateom_hosted_actors") == 1
+    assert value(text, "ateom_injection_soname_cache_lookups_total", result="hit") == 78
+    assert value(text, "ateom_injection_soname_cache_lookups_total", result="miss") == 2
+    m.set_hosted_actors(0)
+    assert value(m.scrape().decode(), "ateom_hosted_actors") == 0
+    with pytest.raises(ValueError):
+        m.record_soname_cache(hits=-1, misses=0)
+
+
+def test_two_metrics_objects_do_not_share_counters() -> None:
+    a, b = Metrics(), Metrics()
+    a.observe_rpc("Run", "OK", 0.1)
+    assert value(b.scrape().decode(), "ateom_rpc_requests_total", method="Run", code="OK") == 0
+
+
+def test_build_info() -> None:
+    from ateom import __version__
+
+    text = Metrics().scrape().decode()
+    assert value(text, "ateom_build_info", version=__version__) == 1
+
+
+def test_server_serves_a_parsable_scrape_that_moves() -> None:
+    m = Metrics()
+    server = start_metrics_server("127.0.0.1:0", m)
+    try:
+        url = f"http://127.0.0.1:{server.port}/metrics"
+
+        def scrape() -> str:
+            with urllib.request.urlopen(url, timeout=5) as resp:
+                assert resp.status == 200
+                assert resp.headers["Content-Type"].startswith("text/plain")
+                return resp.read().decode()
+
+        before = scrape()
+        assert value(before, "ateom_hosted_actors") == 0
+        # What the daemon's seams report while one actor runs.
+        with m.rpc("/ateom.Ateom/RunWorkload"):
+            with m.phase("inject"):
+                m.record_soname_cache(hits=0, misses=40)
+            with m.phase("runsc_create"):
+                pass
+            with m.phase("runsc_start"):
+                pass
+            m.set_hosted_actors(1)
+        after = scrape()
+        run = "/ateom.Ateom/RunWorkload"
+        assert value(after, "ateom_rpc_requests_total", method=run, code="OK") == 1
+        assert value(after, "ateom_hosted_actors") == 1
+        for phase in ("inject", "runsc_create", "runsc_start"):
+            assert (
+                value(after, "ateom_phase_duration_seconds_count", phase=phase, outcome="ok") == 1
+            )
+    finally:
+        server.close()
+    with pytest.raises(OSError):
+        urllib.request.urlopen(url, timeout=2)
+
+
+def test_server_reports_a_taken_port() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(AteomError, match="cannot listen") as info:
+            start_metrics_server(f"127.0.0.1:{port}", Metrics())
+        assert info.value.code is ErrorCode.UNAVAILABLE
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("0.0.0.0:9464", ("0.0.0.0", 9464)),
+        (":9464", ("0.0.0.0", 9464)),
+        ("[::1]:80", ("::1", 80)),
+        ("localhost:0", ("localhost", 0)),
+    ],
+)
+def test_parse_listen_address(text: str, expected: tuple[str, int]) -> None:
+    assert parse_listen_address(text) == expected
+
+
+@pytest.mark.parametrize("text", ["9464", "host:", "host:http", "h:70000"])
+def test_parse_listen_address_rejects(text: str) -> None:
+    with pytest.raises(AteomError, match="HOST:PORT"):
+        parse_listen_address(text)

@@ -1,0 +1,192 @@
+"""Reading a shared library's DT_SONAME, and a cache of what was read.
+
+The loader finds ``libcuda.so.1``, not ``libcuda.so.580.65.06``: the driver
+mounts carry versioned file names, and the link named by the SONAME is what
+``ldconfig`` (the update-ldcache hook) would have made. Reading ELF is the
+injector's most expensive step, and the same driver files are injected into
+every actor's bundle, so reads are cached by file identity.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from elftools.common.exceptions import ELFError
+from elftools.elf.elffile import ELFFile
+
+
+@dataclass(frozen=True, slots=True)
+class SonameRead:
+    """The outcome of reading one library: its SONAME, or why there is none to use.
+
+    `soname` is None with `error` None for a valid library without DT_SONAME;
+    `error` says why the file could not be read as ELF.
+    """
+
+    soname: str | None
+    error: str | None = None
+
+
+def read_soname(path: str) -> SonameRead:
+    """Read `path`'s DT_SONAME with pyelftools (reads the file).
+
+    Never raises for a bad file: a missing, non-ELF or truncated library gives
+    a `SonameRead` with `error` set, because one odd file must not cost the
+    whole GPU (the caller skips its link and logs why).
+    """
+    try:
+        with open(path, "rb") as f:
+            elf = ELFFile(f)
+            # PT_DYNAMIC is what the loader reads; section headers may be
+            # stripped from a shipped library, program headers cannot be.
+            for segment in elf.iter_segments():
+                if segment["p_type"] == "PT_DYNAMIC":
+                    for tag in segment.iter_tags("DT_SONAME"):  # type: ignore[attr-defined]
+                        return SonameRead(soname=str(tag.soname))
+                    return SonameRead(soname=None)
+            return SonameRead(soname=None, error="no PT_DYNAMIC segment: not a shared library")
+    except (ELFError, OSError, ValueError, struct.error, UnicodeDecodeError, AttributeError) as e:
+        return SonameRead(soname=None, error=f"{type(e).__name__}: {e}")
+
+
+FileKey = tuple[int, int, int, int]  # st_dev, st_ino, st_size, st_mtime_ns
+
+
+class SonameCache:
+    """Thread-safe, bounded cache of `read_soname` keyed by file identity.
+
+    The key is (st_dev, st_ino, size, mtime_ns): a driver upgrade that
+    replaces a file in place changes it, so a stale SONAME is never served.
+    Failures are cached too: a file that did not parse will not parse until
+    it changes.
+    """
+
+    def __init__(self, max_entries: int = 4096) -> None:
+        self._entries: OrderedDict[FileKey, SonameRead] = OrderedDict()
+        self._lock = threading.Lock()
+        self._max = max_entries
+        self.hits = 0
+        self.misses = 0
+
+    def lookup(self, path: str) -> SonameRead:
+        """The SONAME of `path` (stats it; reads it on a miss)."""
+        try:
+            st = os.stat(path)
+        except OSError as e:
+            return SonameRead(soname=None, error=f"{type(e).__name__}: {e.strerror}")
+        key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        with self._lock:
+            found = self._entries.get(key)
+            if found is not None:
+                self.hits += 1
+                return found
+        result = read_soname(path)
+        with self._lock:
+            self.misses += 1
+            self._entries[key] = result
+            while len(self._entries) > self._max:
+                self._entries.popitem(last=False)
+        return result
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self.hits = self.misses = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+# The process-wide cache the daemon and CLI share by default.
+DEFAULT_SONAME_CACHE = SonameCache()
+
+
+@dataclass(frozen=True, slots=True)
+class SonameLink:
+    """A link to stage in the rootfs: `directory`/`name` -> `target` (relative).
+
+    `directory` is a container path; `library` the host file the SONAME came from.
+    """
+
+    directory: str
+    name: str
+    target: str
+    library: str
+
+    @property
+    def path(self) -> str:
+        return f"{self.directory.rstrip('/')}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class SkippedLibrary:
+    """A library whose SONAME link is not staged, and why (logged by the shell)."""
+
+    library: str
+    destination: str
+    reason: str
+
+
+def is_library_destination(destination: str, mount_type: str) -> bool:
+    """True for a bind mount whose basename looks versioned (``libfoo.so.1.2``)."""
+    return mount_type in ("bind", "rbind") and ".so." in destination.rpartition("/")[2]
+
+
+def bare_file_name(name: str) -> bool:
+    """True when `name` can only mean a file in the same directory."""
+    return bool(name) and "/" not in name and "\0" not in name and name not in (".", "..")
+
+
+def plan_soname_links(
+    mounts: tuple[tuple[str, str, str], ...],
+    sonames: dict[str, SonameRead],
+) -> tuple[list[SonameLink], list[SkippedLibrary]]:
+    """The SONAME links the library `mounts` need, and the libraries skipped. Pure.
+
+    `mounts` are (destination, source, type); `sonames` maps each library
+    source to what was read from it. A library without DT_SONAME, or whose
+    SONAME is its own name, needs no link. One that could not be read, or
+    whose SONAME is not a bare file name (``../../x.so.1``, ``a/b.so.1``), is
+    skipped: one odd file must not cost the whole GPU. A link that would
+    shadow a mount destination, or that an earlier library already claims,
+    is skipped too.
+    """
+    destinations = {d for d, _, _ in mounts}
+    links: list[SonameLink] = []
+    claimed: dict[str, str] = {}
+    skipped: list[SkippedLibrary] = []
+    for destination, source, mount_type in mounts:
+        if not is_library_destination(destination, mount_type):
+            continue
+        read = sonames.get(source)
+        if read is None:
+            continue
+        if read.error is not None:
+            skipped.append(SkippedLibrary(source, destination, f"unreadable ELF: {read.error}"))
+            continue
+        directory, _, basename = destination.rpartition("/")
+        directory = directory or "/"
+        soname = read.soname
+        if soname is None or soname == basename:
+            continue
+        if not bare_file_name(soname):
+            skipped.append(SkippedLibrary(
+                source, destination, f"SONAME {soname!r} is not a bare file name"))
+            continue
+        link = SonameLink(directory, soname, basename, source)
+        if link.path in destinations:
+            skipped.append(SkippedLibrary(
+                source, destination, f"SONAME link {link.path} would shadow a mount"))
+            continue
+        if link.path in claimed:
+            skipped.append(SkippedLibrary(
+                source, destination, f"SONAME link {link.path} already points at "
+                f"{claimed[link.path]}"))
+            continue
+        claimed[link.path] = basename
+        links.append(link)
+    return links, skipped

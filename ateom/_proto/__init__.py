@@ -1,0 +1,1 @@
+"""Generated protobuf/gRPC code for proto/ateom.proto (scripts/gen_proto.sh). Do not edit."""

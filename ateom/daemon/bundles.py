@@ -1,0 +1,106 @@
+"""Pure edits of a bundle's config.json before runsc sees it.
+
+Bundles come from another process (the node agent), so ateom decides what
+in them may configure the sandbox:
+- the CRI annotations that put every container into one sandbox are set by
+  ateom, whatever the bundle said;
+- `dev.gvisor.*` annotations configure runsc itself
+  (`dev.gvisor.internal.nvproxy` alone turns GPU support on), so any the
+  bundle carries are removed and reported;
+- OCI hooks run as root on the host, outside the sandbox: a bundle that
+  arrives with hooks is refused (the injector adds only allowlisted ones).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from ateom.errors import AteomError, ErrorCode
+
+CONTAINER_TYPE = "io.kubernetes.cri.container-type"
+SANDBOX_ID = "io.kubernetes.cri.sandbox-id"
+CONTAINER_NAME = "io.kubernetes.cri.container-name"
+GVISOR_PREFIX = "dev.gvisor."
+
+_CPU_PERIOD_USEC = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedConfig:
+    config: dict[str, Any]
+    removed_annotations: tuple[str, ...]
+
+
+def parse_config(raw: bytes, path: str) -> dict[str, Any]:
+    """config.json bytes -> dict, or INVALID_ARGUMENT naming the file (pure)."""
+    try:
+        config = json.loads(raw)
+    except ValueError as exc:
+        raise AteomError(f"{path}: not valid JSON: {exc}",
+                         code=ErrorCode.INVALID_ARGUMENT) from None
+    if not isinstance(config, dict):
+        raise AteomError(f"{path}: top level must be a JSON object",
+                         code=ErrorCode.INVALID_ARGUMENT)
+    for key, kind in (("process", dict), ("root", dict), ("annotations", dict), ("hooks", dict)):
+        if key in config and config[key] is not None and not isinstance(config[key], kind):
+            raise AteomError(f"{path}: {key}: must be an object", code=ErrorCode.INVALID_ARGUMENT)
+    if not isinstance(config.get("process"), dict):
+        raise AteomError(f"{path}: process: required", code=ErrorCode.INVALID_ARGUMENT)
+    return config
+
+
+def foreign_hooks(config: dict[str, Any]) -> list[str]:
+    """`hooks.<name>[i].path` of every hook in the config (pure)."""
+    found = []
+    for hook_name, hooks in sorted((config.get("hooks") or {}).items()):
+        for i, hook in enumerate(hooks or []):
+            path = hook.get("path", "?") if isinstance(hook, dict) else "?"
+            found.append(f"hooks.{hook_name}[{i}] ({path})")
+    return found
+
+
+def prepare_config(
+    config: dict[str, Any],
+    path: str,
+    *,
+    container: str,
+    sandbox_id: str,
+    is_sandbox: bool,
+    cpu_milli: int = 0,
+    memory_bytes: int = 0,
+) -> PreparedConfig:
+    """The config runsc will see for `container` (pure; `config` is not changed)."""
+    hooks = foreign_hooks(config)
+    if hooks:
+        raise AteomError(
+            f"{path}: refusing OCI hooks ateom did not inject (they would run as root on the"
+            f" host): {', '.join(hooks)}",
+            code=ErrorCode.FAILED_PRECONDITION,
+        )
+    out = copy.deepcopy(config)
+    annotations = dict(out.get("annotations") or {})
+    removed = tuple(sorted(k for k in annotations if k.startswith(GVISOR_PREFIX)))
+    for key in removed:
+        del annotations[key]
+    annotations[CONTAINER_TYPE] = "sandbox" if is_sandbox else "container"
+    annotations[SANDBOX_ID] = sandbox_id
+    annotations[CONTAINER_NAME] = container
+    out["annotations"] = annotations
+    out.pop("hooks", None)
+    if is_sandbox and (cpu_milli or memory_bytes):
+        # Limits belong to the sandbox (its root container's cgroup); runsc
+        # applies them when it manages cgroups (not with --ignore-cgroups).
+        resources = out.setdefault("linux", {}).setdefault("resources", {})
+        if cpu_milli:
+            resources["cpu"] = {**resources.get("cpu", {}), "period": _CPU_PERIOD_USEC,
+                                "quota": cpu_milli * _CPU_PERIOD_USEC // 1000}
+        if memory_bytes:
+            resources["memory"] = {**resources.get("memory", {}), "limit": memory_bytes}
+    return PreparedConfig(out, removed)
+
+
+def dump_config(config: dict[str, Any]) -> bytes:
+    return (json.dumps(config, indent=4) + "\n").encode()

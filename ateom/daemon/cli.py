@@ -1,0 +1,28 @@
+"""`ateom serve`: run the daemon."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from ateom.daemon import config as daemon_config
+
+
+def register(subparsers: Any) -> None:
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "serve",
+        help="run the daemon (gRPC on a unix socket)",
+        description="Serve the ateom gRPC API: run actors' sandboxes under runsc with their"
+        " CDI devices. Every flag has an ATEOM_* environment twin.",
+    )
+    daemon_config.add_flags(parser)
+    parser.set_defaults(func=_serve)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from ateom.daemon.logs import configure_logging
+    from ateom.daemon.server import serve
+
+    config = daemon_config.from_args(args)
+    configure_logging(config.log_format, config.log_level)
+    return serve(config)

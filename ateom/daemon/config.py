@@ -1,0 +1,170 @@
+"""DaemonConfig: every `ateom serve` flag, each with an ``ATEOM_*`` environment twin.
+
+A flag given on the command line wins over its environment twin, which wins
+over the default. Repeatable flags take their twin as a list: spec dirs split
+on ``:`` (like PATH), runsc global flags on whitespace.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from ateom.errors import AteomError, ErrorCode
+
+DEFAULT_SOCKET = "/run/ateom/ateom.sock"
+DEFAULT_RUN_DIR = "/run/ateom"
+DEFAULT_GPU_GLOB = "/dev/nvidia[0-9]*"
+DEFAULT_PAUSE_CONTAINER = "_pause"
+
+
+@dataclass(frozen=True, slots=True)
+class DaemonConfig:
+    actors_root: str
+    socket: str = DEFAULT_SOCKET
+    listen: str = ""
+    runsc: str = "runsc"
+    runsc_dir: str = ""
+    runsc_global_flags: tuple[str, ...] = ()
+    max_actors: int = 1
+    spec_dirs: tuple[str, ...] = ()
+    gpu_glob: str = DEFAULT_GPU_GLOB
+    nvproxy_driver_version: str = ""
+    nvproxy_capabilities: str = ""
+    shutdown_grace: float = 10.0
+    kill_grace: float = 5.0
+    log_format: str = "json"
+    log_level: str = "info"
+    run_dir: str = DEFAULT_RUN_DIR
+    pause_container: str = DEFAULT_PAUSE_CONTAINER
+    driver_root: str = "/usr/local/nvidia"
+    runsc_timeout: float = 120.0
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def state_root(self) -> str:
+        """Parent of each actor's runsc ``-root`` directory."""
+        return os.path.join(self.run_dir, "actors")
+
+    @property
+    def log_root(self) -> str:
+        """Parent of each actor's per-container stdio and runsc logs."""
+        return os.path.join(self.run_dir, "logs")
+
+    @property
+    def generated_cdi_dir(self) -> str:
+        """Where `nvidia-ctk cdi generate` writes when no nvidia.com/gpu spec exists."""
+        return os.path.join(self.run_dir, "cdi")
+
+
+# (flag, env twin, kind, default, help). kind: str|int|float|list-colon|list-space.
+_FLAGS: tuple[tuple[str, str, str, object, str], ...] = (
+    ("--socket", "ATEOM_SOCKET", "str", DEFAULT_SOCKET, "unix socket to serve gRPC on"),
+    ("--listen", "ATEOM_LISTEN", "str", "", "also serve on TCP HOST:PORT (off unless set)"),
+    ("--actors-root", "ATEOM_ACTORS_ROOT", "str", "", "every ActorDirs path must be under it"),
+    ("--runsc", "ATEOM_RUNSC", "str", "runsc", "the runsc binary ateom executes"),
+    ("--runsc-dir", "ATEOM_RUNSC_DIR", "str", "",
+     "a request's runsc_path may name a binary under this directory"),
+    ("--runsc-global-flag", "ATEOM_RUNSC_GLOBAL_FLAGS", "list-space", (),
+     "global runsc flag added to every call (repeatable), e.g. --network=none"),
+    ("--max-actors", "ATEOM_MAX_ACTORS", "int", 1, "actors hosted at once"),
+    ("--spec-dir", "ATEOM_SPEC_DIRS", "list-colon", ("/etc/cdi", "/var/run/cdi"),
+     "CDI spec directory (repeatable; later dirs override earlier)"),
+    ("--gpu-glob", "ATEOM_GPU_GLOB", "str", DEFAULT_GPU_GLOB,
+     "the Pod has GPUs when this glob matches"),
+    ("--nvproxy-driver-version", "ATEOM_NVPROXY_DRIVER_VERSION", "str", "",
+     "passed to runsc --nvproxy-driver-version when set"),
+    ("--nvproxy-capabilities", "ATEOM_NVPROXY_CAPABILITIES", "str", "",
+     "passed to runsc --nvproxy-allowed-driver-capabilities when set"),
+    ("--shutdown-grace", "ATEOM_SHUTDOWN_GRACE", "float", 10.0,
+     "seconds in-flight calls get after SIGTERM before hosted actors are terminated"),
+    ("--kill-grace", "ATEOM_KILL_GRACE", "float", 5.0,
+     "seconds between SIGTERM and SIGKILL when terminating an actor"),
+    ("--log-format", "ATEOM_LOG_FORMAT", "str", "json", "json or console"),
+    ("--log-level", "ATEOM_LOG_LEVEL", "str", "info", "debug, info, warning, error"),
+    ("--run-dir", "ATEOM_RUN_DIR", "str", DEFAULT_RUN_DIR,
+     "runsc state, logs and generated CDI specs live here"),
+    ("--pause-container", "ATEOM_PAUSE_CONTAINER", "str", DEFAULT_PAUSE_CONTAINER,
+     "name of the sandbox's root container bundle"),
+    ("--driver-root", "ATEOM_DRIVER_ROOT", "str", "/usr/local/nvidia",
+     "NVIDIA driver root for nvidia-ctk cdi generate (bin/, lib64/)"),
+    ("--runsc-timeout", "ATEOM_RUNSC_TIMEOUT", "float", 120.0,
+     "seconds one runsc command may take before it is killed"),
+)
+
+
+def add_flags(parser: argparse.ArgumentParser) -> None:
+    """Add every serve flag; defaults are left None so `from_args` can apply env twins."""
+    for flag, env, kind, default, help_text in _FLAGS:
+        kw: dict[str, object] = {
+            "default": None, "help": f"{help_text} [${env}; default {default!r}]"
+        }
+        if kind.startswith("list"):
+            kw["action"] = "append"
+        elif kind == "int":
+            kw["type"] = int
+        elif kind == "float":
+            kw["type"] = float
+        if flag == "--log-format":
+            kw["choices"] = ("json", "console")
+        parser.add_argument(flag, **kw)  # type: ignore[arg-type]
+
+
+def _from_env(kind: str, raw: str, env_name: str) -> object:
+    try:
+        if kind == "int":
+            return int(raw)
+        if kind == "float":
+            return float(raw)
+    except ValueError:
+        raise AteomError(
+            f"${env_name}={raw!r}: not a number", code=ErrorCode.INVALID_ARGUMENT
+        ) from None
+    if kind == "list-colon":
+        return tuple(p for p in raw.split(":") if p)
+    if kind == "list-space":
+        return tuple(raw.split())
+    return raw
+
+
+def from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> DaemonConfig:
+    """Build the config: flag, else ATEOM_* twin, else default. Checks values (pure)."""
+    environ = os.environ if environ is None else environ
+    values: dict[str, object] = {}
+    for flag, env, kind, default, _ in _FLAGS:
+        attr = flag[2:].replace("-", "_")
+        given = getattr(args, attr, None)
+        if given is not None:
+            value: object = tuple(given) if kind.startswith("list") else given
+        elif env in environ:
+            value = _from_env(kind, environ[env], env)
+        else:
+            value = default
+        values[attr] = value
+    values["runsc_global_flags"] = values.pop("runsc_global_flag")
+    values["spec_dirs"] = values.pop("spec_dir")
+    config = DaemonConfig(**values, env=dict(environ))  # type: ignore[arg-type]
+    return check_config(config)
+
+
+def check_config(config: DaemonConfig) -> DaemonConfig:
+    """Reject configs the daemon cannot serve with (pure)."""
+
+    def bad(msg: str) -> AteomError:
+        return AteomError(msg, code=ErrorCode.INVALID_ARGUMENT)
+
+    if not config.actors_root:
+        raise bad("--actors-root (or $ATEOM_ACTORS_ROOT) is required")
+    if not os.path.isabs(config.actors_root):
+        raise bad(f"--actors-root {config.actors_root!r}: must be an absolute path")
+    if config.max_actors < 1:
+        raise bad(f"--max-actors {config.max_actors}: must be >= 1")
+    if config.shutdown_grace < 0 or config.kill_grace < 0:
+        raise bad("--shutdown-grace and --kill-grace must be >= 0")
+    if config.log_format not in ("json", "console"):
+        raise bad(f"--log-format {config.log_format!r}: must be json or console")
+    if config.runsc_dir and not os.path.isabs(config.runsc_dir):
+        raise bad(f"--runsc-dir {config.runsc_dir!r}: must be an absolute path")
+    return config

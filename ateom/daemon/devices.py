@@ -1,0 +1,95 @@
+"""Which CDI devices each container gets, and whether gVisor can give them (pure).
+
+nvproxy proxies NVIDIA's driver ioctls and exposes only /dev/nvidiactl,
+/dev/nvidia-uvm and /dev/nvidiaN: no other vendor, and no MIG (whose
+instances are reached through /dev/nvidia-caps/*). Such requests fail
+before anything is created, naming the device and why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from ateom.cdi.model import Resolution
+from ateom.cdi.names import parse_qualified_name
+from ateom.daemon.requests import ContainerRequest, DevicePolicy
+from ateom.daemon.runsc_probe import RunscInfo
+from ateom.errors import AteomError, ErrorCode
+
+GPU_KIND = "nvidia.com/gpu"
+PROXIED_VENDOR = "nvidia.com"
+
+
+def is_mig_name(qualified: str) -> bool:
+    """nvidia-ctk names MIG devices ``<gpu>:<instance>`` or by a ``MIG-`` UUID."""
+    name = qualified.partition("=")[2]
+    return ":" in name or name.lower().startswith("mig-")
+
+
+def pod_default_devices(available: Iterable[str]) -> tuple[str, ...]:
+    """Every whole GPU the Pod was given: nvidia.com/gpu devices but `all` and MIG."""
+    return tuple(
+        sorted(
+            (q for q in available
+             if q.startswith(GPU_KIND + "=") and q != f"{GPU_KIND}=all" and not is_mig_name(q)),
+            key=_natural,
+        )
+    )
+
+
+def _natural(q: str) -> tuple[int, int | str]:
+    name = q.partition("=")[2]
+    return (0, int(name)) if name.isdigit() else (1, name)
+
+
+def choose_devices(
+    container: ContainerRequest, *, gpu_present: bool, pod_default: Sequence[str]
+) -> tuple[str, ...]:
+    """The qualified names `container` gets (pure)."""
+    choice = container.devices
+    if choice.policy is DevicePolicy.NONE:
+        return ()
+    if choice.policy is DevicePolicy.EXPLICIT:
+        return tuple(dict.fromkeys(choice.names))
+    return tuple(pod_default) if gpu_present else ()
+
+
+def check_gvisor_devices(container: str, names: Sequence[str]) -> None:
+    """Refuse devices runsc cannot proxy (pure): other vendors, MIG."""
+    for name in names:
+        q = parse_qualified_name(name)
+        if q.vendor != PROXIED_VENDOR:
+            raise AteomError(
+                f"container {container!r}: device {name!r}: gVisor cannot pass through"
+                f" vendor {q.vendor!r} devices (runsc proxies only {PROXIED_VENDOR} GPUs)",
+                code=ErrorCode.FAILED_PRECONDITION,
+            )
+        if is_mig_name(name):
+            raise AteomError(
+                f"container {container!r}: device {name!r} is a MIG device; gVisor's nvproxy"
+                " has no MIG support (it exposes only /dev/nvidiactl, /dev/nvidia-uvm and"
+                " /dev/nvidiaN)",
+                code=ErrorCode.FAILED_PRECONDITION,
+            )
+
+
+def check_resolution_for_gvisor(container: str, resolution: Resolution) -> None:
+    """Refuse a resolution that reaches MIG through its device nodes (pure)."""
+    for step in resolution.steps:
+        for node in step.edits.device_nodes:
+            if node.path.startswith("/dev/nvidia-caps"):
+                raise AteomError(
+                    f"container {container!r}: {step.origin} ({step.spec_path}) needs"
+                    f" {node.path}: MIG, which gVisor's nvproxy does not support",
+                    code=ErrorCode.FAILED_PRECONDITION,
+                )
+
+
+def check_nvproxy(info: RunscInfo) -> None:
+    """A GPU sandbox needs a runsc with --nvproxy (pure over the probe)."""
+    if not info.supports_nvproxy:
+        raise AteomError(
+            f"this actor needs GPUs but runsc {info.path} (version {info.version}) has no"
+            " --nvproxy; install a runsc built with nvproxy",
+            code=ErrorCode.FAILED_PRECONDITION,
+        )

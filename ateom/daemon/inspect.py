@@ -1,0 +1,86 @@
+"""The `ateom.Inspect` service: questions operators ask a running daemon."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import grpc
+
+from ateom._proto import ateom_pb2 as pb
+from ateom._proto import ateom_pb2_grpc as pb_grpc
+from ateom.daemon import devices, validation
+from ateom.daemon.requests import ActorDirs
+from ateom.daemon.rpc import rpc
+from ateom.daemon.service import AteomService, DaemonStatus
+
+
+def status_response(status: DaemonStatus) -> pb.GetStatusResponse:
+    """DaemonStatus -> wire (pure)."""
+    runsc = pb.RunscStatus()
+    if status.runsc is not None:
+        runsc = pb.RunscStatus(path=status.runsc.path, version=status.runsc.version,
+                               supports_nvproxy=status.runsc.supports_nvproxy)
+    return pb.GetStatusResponse(
+        version=status.version,
+        state=status.state,
+        actors=[
+            pb.HostedActor(actor_uid=a.ref.actor_uid, atespace=a.ref.atespace,
+                           actor_name=a.ref.actor_name, phase=a.phase,
+                           containers=list(a.containers), devices=list(a.devices),
+                           sandbox_exited=a.sandbox_exited)
+            for a in status.actors
+        ],
+        gpu_present=status.gpu_present,
+        cdi_spec_source=status.cdi_spec_source,
+        runsc=runsc,
+        max_actors=status.max_actors,
+        spec_dirs=list(status.spec_dirs),
+    )
+
+
+class InspectServicer(pb_grpc.InspectServicer):
+    def __init__(self, service: AteomService) -> None:
+        self.service = service
+
+    @rpc("Inspect.GetStatus")
+    def GetStatus(self, request: Any, context: grpc.ServicerContext) -> pb.GetStatusResponse:
+        return status_response(self.service.status())
+
+    @rpc("Inspect.ListDevices")
+    def ListDevices(self, request: Any, context: grpc.ServicerContext) -> pb.ListDevicesResponse:
+        from ateom.cdi.registry import Registry
+
+        registry = Registry.load(list(self.service.config.spec_dirs))
+        return pb.ListDevicesResponse(devices=[
+            pb.CdiDevice(
+                qualified_name=d.qualified_name,
+                kind=d.spec.kind,
+                spec_path=d.spec_path,
+                device_nodes=[
+                    n.path
+                    for n in (*d.spec.container_edits.device_nodes,
+                              *d.device.container_edits.device_nodes)
+                ],
+            )
+            for d in registry.devices()
+        ])
+
+    @rpc("Inspect.PlanInjection")
+    def PlanInjection(self, request: Any, context: grpc.ServicerContext
+                      ) -> pb.PlanInjectionResponse:
+        from ateom.cdi.registry import Registry
+
+        config = self.service.config
+        bundle = request.bundle_dir
+        # Only a bundle under --actors-root may be read on an operator's behalf.
+        validation.check_dirs(ActorDirs(oci_bundle_dir=bundle), config.actors_root,
+                              ("oci_bundle_dir",))
+        validation.check_dirs_on_disk(ActorDirs(oci_bundle_dir=bundle), config.actors_root)
+        registry = Registry.load(list(config.spec_dirs))
+        names = list(request.devices) or list(devices.pod_default_devices(
+            d.qualified_name for d in registry.devices()))
+        for name in names:
+            devices.check_gvisor_devices(os.path.basename(bundle), [name])
+        diff = self.service.injector(bundle, registry.resolve(names), True)
+        return pb.PlanInjectionResponse(devices=names, diff=diff)

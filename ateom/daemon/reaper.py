@@ -1,0 +1,205 @@
+"""Child processes: spawn, wait, and reap every child (ateom may be PID 1).
+
+runsc `create` forks the sandbox and gofer and exits, so those become our
+children once we are PID 1 or a child subreaper. `runsc wait` misses fast
+exits; the reliable news of a sandbox's exit is reaping it ourselves. So one
+thread owns `waitpid(-1)`: it hands exit codes to whoever spawned the
+process, and reports orphans (sandboxes) to watchers. Nothing else in the
+daemon may wait on children: `subprocess` would race it, so every process
+the daemon runs goes through `Reaper.run`.
+"""
+
+from __future__ import annotations
+
+import collections
+import ctypes
+import os
+import signal
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import structlog
+
+log = structlog.get_logger("ateom.reaper")
+
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def become_subreaper() -> bool:
+    """Make orphaned descendants our children (prctl). True when set or when PID 1."""
+    if os.getpid() == 1:
+        return True
+    libc = ctypes.CDLL(None, use_errno=True)
+    return bool(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
+
+
+@dataclass(frozen=True, slots=True)
+class Completed:
+    argv: tuple[str, ...]
+    returncode: int  # negative: killed by that signal (like subprocess)
+    output: str = ""  # only for run_capture
+    timed_out: bool = False
+
+
+class Reaper:
+    """Owns every child of this process."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._spawned = 0  # generation: bumped on every spawn (wakes an idle reaper)
+        self._pending: set[int] = set()
+        self._exited: dict[int, int] = {}
+        self._watchers: dict[int, Callable[[int, int], None]] = {}
+        self._orphans: collections.OrderedDict[int, int] = collections.OrderedDict()
+        self._thread: threading.Thread | None = None
+        self.subreaper = False
+
+    def start(self) -> Reaper:
+        with self._cond:
+            if self._thread is None:
+                self.subreaper = become_subreaper()
+                self._thread = threading.Thread(target=self._loop, name="reaper", daemon=True)
+                self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                generation = self._spawned
+            try:
+                pid, status = os.waitpid(-1, 0)
+            except ChildProcessError:
+                with self._cond:
+                    if self._spawned == generation:
+                        self._cond.wait(timeout=5.0)
+                continue
+            except InterruptedError:
+                continue
+            code = os.waitstatus_to_exitcode(status)
+            with self._cond:
+                if pid in self._pending:
+                    self._pending.discard(pid)
+                    self._exited[pid] = code
+                    self._cond.notify_all()
+                    continue
+                watcher = self._watchers.pop(pid, None)
+                self._orphans[pid] = code
+                while len(self._orphans) > 1024:
+                    self._orphans.popitem(last=False)
+            if watcher is not None:
+                watcher(pid, code)
+            else:
+                log.debug("reaped", pid=pid, exit_code=code)
+
+    def spawn(
+        self,
+        argv: Sequence[str],
+        *,
+        stdin: int,
+        stdout: int,
+        stderr: int,
+        env: Mapping[str, str] | None = None,
+    ) -> int:
+        """Start `argv` with the given fds as its stdio; returns the pid."""
+        actions = [
+            (os.POSIX_SPAWN_DUP2, stdin, 0),
+            (os.POSIX_SPAWN_DUP2, stdout, 1),
+            (os.POSIX_SPAWN_DUP2, stderr, 2),
+        ]
+        with self._cond:
+            # Holding the lock across spawn: the reaper cannot process this
+            # pid's exit before it is registered as pending.
+            pid = os.posix_spawnp(
+                argv[0], list(argv), dict(os.environ if env is None else env),
+                file_actions=actions,
+            )
+            self._pending.add(pid)
+            self._spawned += 1
+            self._cond.notify_all()
+        return pid
+
+    def wait(self, pid: int, timeout: float | None = None) -> int | None:
+        """Exit code of a process we spawned, or None if still running after `timeout`."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while pid not in self._exited:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return None
+                self._cond.wait(timeout=remaining)
+            return self._exited.pop(pid)
+
+    def watch(self, pid: int, callback: Callable[[int, int], None]) -> None:
+        """Call `callback(pid, exit_code)` when orphan `pid` (e.g. a sandbox) is reaped."""
+        with self._cond:
+            if pid in self._orphans:
+                code = self._orphans[pid]
+            else:
+                self._watchers[pid] = callback
+                return
+        callback(pid, code)
+
+    def unwatch(self, pid: int) -> None:
+        with self._cond:
+            self._watchers.pop(pid, None)
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        log_path: str,
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> Completed:
+        """Run `argv` to completion with stdout+stderr appended to `log_path`.
+
+        The log file is opened O_APPEND and stdin is an empty pipe: runsc
+        hands its stdio to long-lived sandbox processes (so a pipe we read to
+        EOF would never end) and chowns it to the sandbox user (so /dev/null
+        would end up owned by nobody).
+        """
+        fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o640)
+        r, w = os.pipe()
+        try:
+            os.close(w)
+            pid = self.spawn(argv, stdin=r, stdout=fd, stderr=fd, env=env)
+        finally:
+            os.close(fd)
+            os.close(r)
+        code = self.wait(pid, timeout)
+        if code is None:
+            log.warning("timeout", argv=list(argv), timeout=timeout)
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            code = self.wait(pid)
+            return Completed(tuple(argv), code if code is not None else -9, timed_out=True)
+        return Completed(tuple(argv), code)
+
+    def run_capture(
+        self, argv: Sequence[str], *, env: Mapping[str, str] | None = None,
+        timeout: float | None = 60.0,
+    ) -> Completed:
+        """Run `argv` and return its combined output (via a temp file, not a pipe)."""
+        with tempfile.NamedTemporaryFile(prefix="ateom-out-") as tmp:
+            done = self.run(argv, log_path=tmp.name, env=env, timeout=timeout)
+            with open(tmp.name, encoding="utf-8", errors="replace") as f:
+                output = f.read()
+        return Completed(done.argv, done.returncode, output, done.timed_out)
+
+
+_default: Reaper | None = None
+_default_lock = threading.Lock()
+
+
+def default_reaper() -> Reaper:
+    """The process-wide reaper, started on first use."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = Reaper().start()
+        return _default

@@ -1,0 +1,264 @@
+"""runsc command lines (pure) and running them (shell).
+
+Every call is ``runsc -log-format json --alsologtostderr -root <actor state
+dir> [-log FILE] [global flags...] <subcommand> <its flags> <container>``.
+GPU flags (`--nvproxy` and its driver options) are global flags that must
+be present when the sandbox is created or restored, so they go on `create`
+and `restore` of the sandbox's root container only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import structlog
+
+from ateom.daemon.reaper import Completed, Reaper
+from ateom.daemon.runsc_probe import RunscInfo
+from ateom.errors import AteomError, ErrorCode
+
+log = structlog.get_logger("ateom.runsc")
+
+LOG_TAIL_BYTES = 2048
+
+
+@dataclass(frozen=True, slots=True)
+class NvproxyOptions:
+    driver_version: str = ""
+    capabilities: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RunscTarget:
+    """One actor's view of runsc: which binary, which state root, which flags."""
+
+    info: RunscInfo
+    root: str  # the actor's -root directory
+    global_flags: tuple[str, ...] = ()
+    nvproxy: NvproxyOptions = NvproxyOptions()
+
+
+def _base(t: RunscTarget, log_file: str | None, gpu: bool) -> list[str]:
+    argv = [t.info.path, "-log-format", "json", "--alsologtostderr", "-root", t.root]
+    if log_file:
+        argv += ["-log", log_file]
+    argv += list(t.global_flags)
+    if gpu:
+        argv += nvproxy_flags(t)
+    return argv
+
+
+def nvproxy_flags(t: RunscTarget) -> list[str]:
+    """The GPU flags for a sandbox with GPUs; options only when set by the operator."""
+    flags = ["--nvproxy"]
+    if t.nvproxy.driver_version:
+        flags.append(f"--nvproxy-driver-version={t.nvproxy.driver_version}")
+    if t.nvproxy.capabilities:
+        flags.append(f"--nvproxy-allowed-driver-capabilities={t.nvproxy.capabilities}")
+    return flags
+
+
+def create_argv(
+    t: RunscTarget, name: str, bundle: str, pid_file: str, *, gpu: bool, log_file: str | None
+) -> list[str]:
+    return [*_base(t, log_file, gpu), "create", "-bundle", bundle, "-pid-file", pid_file, name]
+
+
+def start_argv(t: RunscTarget, name: str, *, log_file: str | None = None) -> list[str]:
+    return [*_base(t, log_file, False), "start", name]
+
+
+def checkpoint_argv(
+    t: RunscTarget, name: str, image_path: str, *, log_file: str | None = None
+) -> list[str]:
+    argv = _base(t, log_file, False)
+    # Newer runsc refuses to save a sandbox with connected sockets unless told.
+    if t.info.supports("allow-connected-on-save"):
+        argv.append("-allow-connected-on-save")
+    return [*argv, "checkpoint", "-image-path", image_path, name]
+
+
+def restore_argv(
+    t: RunscTarget, name: str, bundle: str, image_path: str, pid_file: str, *,
+    gpu: bool, log_file: str | None,
+) -> list[str]:
+    argv = [*_base(t, log_file, gpu), "restore", "-bundle", bundle, "-image-path", image_path,
+            "-pid-file", pid_file]
+    if t.info.supports("restore:background"):
+        argv.append("-background")
+    return [*argv, "-detach", name]
+
+
+def kill_argv(t: RunscTarget, name: str, sig: str) -> list[str]:
+    return [*_base(t, None, False), "kill", name, sig]
+
+
+def wait_argv(t: RunscTarget, name: str) -> list[str]:
+    return [*_base(t, None, False), "wait", name]
+
+
+def state_argv(t: RunscTarget, name: str) -> list[str]:
+    return [*_base(t, None, False), "state", name]
+
+
+def delete_argv(t: RunscTarget, name: str) -> list[str]:
+    return [*_base(t, None, False), "delete", "-force", name]
+
+
+def list_argv(t: RunscTarget) -> list[str]:
+    return [*_base(t, None, False), "list", "-quiet"]
+
+
+def events_stats_argv(t: RunscTarget, name: str) -> list[str]:
+    return [*_base(t, None, False), "events", "--stats", name]
+
+
+def read_tail(path: str, offset: int, limit: int = LOG_TAIL_BYTES) -> str:
+    """Up to `limit` bytes written to `path` since `offset` (reads a file)."""
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            start = max(offset, size - limit)
+            f.seek(start)
+            data = f.read(limit)
+    except OSError:
+        return ""
+    return data.decode("utf-8", errors="replace")
+
+
+def _size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
+def parse_json_lines(output: str) -> list[dict[str, object]]:
+    """The JSON objects among runsc's output lines (it mixes logs in; pure)."""
+    found = []
+    for line in output.splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                value = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(value, dict):
+                found.append(value)
+    return found
+
+
+class RunscError(AteomError):
+    """A runsc command failed; carries the tail of its own log."""
+
+    code = ErrorCode.INTERNAL
+
+    def __init__(self, command: str, container: str, returncode: int, tail: str) -> None:
+        self.command = command
+        self.container = container
+        self.returncode = returncode
+        self.tail = tail
+        super().__init__(
+            f"runsc {command} {container} failed (exit {returncode}); its log ends:\n{tail}"
+        )
+
+
+class Runsc:
+    """Runs runsc for one actor: argv from the pure builders, stdio to log files."""
+
+    def __init__(self, target: RunscTarget, reaper: Reaper, log_dir: str, timeout: float) -> None:
+        self.target = target
+        self.reaper = reaper
+        self.log_dir = log_dir
+        self.timeout = timeout
+
+    def stdio_log(self, name: str) -> str:
+        """Where runsc and the container's own stdout/stderr go (O_APPEND)."""
+        return os.path.join(self.log_dir, f"{name}.log")
+
+    def runsc_log(self, name: str) -> str:
+        """runsc's -log for commands on container `name`."""
+        return os.path.join(self.log_dir, f"{name}.runsc.log")
+
+    def _run(self, command: str, name: str, argv: Sequence[str], *, check: bool) -> Completed:
+        stdio = self.stdio_log(name)
+        own_log = self.runsc_log(name)
+        offsets = (_size(stdio), _size(own_log))
+        done = self.reaper.run(argv, log_path=stdio, timeout=self.timeout)
+        log.debug("runsc", command=command, container=name, returncode=done.returncode)
+        if check and done.returncode != 0:
+            # The command's own -log holds its error; stderr (alsologtostderr)
+            # in the stdio log is the fallback for commands without -log.
+            tail = read_tail(own_log, offsets[1]) or read_tail(stdio, offsets[0])
+            raise RunscError(command, name, done.returncode, tail)
+        return done
+
+    def _capture(self, argv: Sequence[str]) -> Completed:
+        return self.reaper.run_capture(argv, timeout=self.timeout)
+
+    def create(self, name: str, bundle: str, pid_file: str, *, gpu: bool) -> None:
+        argv = create_argv(self.target, name, bundle, pid_file, gpu=gpu,
+                           log_file=self.runsc_log(name))
+        self._run("create", name, argv, check=True)
+
+    def start(self, name: str) -> None:
+        self._run("start", name, start_argv(self.target, name, log_file=self.runsc_log(name)),
+                  check=True)
+
+    def checkpoint(self, name: str, image_path: str) -> None:
+        argv = checkpoint_argv(self.target, name, image_path, log_file=self.runsc_log(name))
+        self._run("checkpoint", name, argv, check=True)
+
+    def restore(self, name: str, bundle: str, image_path: str, pid_file: str, *,
+                gpu: bool) -> None:
+        argv = restore_argv(self.target, name, bundle, image_path, pid_file, gpu=gpu,
+                            log_file=self.runsc_log(name))
+        self._run("restore", name, argv, check=True)
+
+    def kill(self, name: str, sig: str) -> bool:
+        done = self._run("kill", name, kill_argv(self.target, name, sig), check=False)
+        return done.returncode == 0
+
+    def delete(self, name: str) -> bool:
+        done = self._run("delete", name, delete_argv(self.target, name), check=False)
+        return done.returncode == 0
+
+    def list(self) -> list[str]:
+        """Container ids runsc knows under this actor's root ([] when the root is gone)."""
+        if not os.path.isdir(self.target.root):
+            return []
+        done = self._capture(list_argv(self.target))
+        if done.returncode != 0:
+            return []
+        return [line.strip() for line in done.output.splitlines()
+                if line.strip() and not line.lstrip().startswith("{")]
+
+    def status(self, name: str) -> str:
+        """The container's status ("created", "running", "stopped"), or "" if unknown."""
+        done = self._capture(state_argv(self.target, name))
+        if done.returncode != 0:
+            return ""
+        start = done.output.find("{\n")
+        if start < 0:
+            start = done.output.find("{")
+        try:
+            state = json.loads(done.output[start:]) if start >= 0 else {}
+        except ValueError:
+            for obj in parse_json_lines(done.output):
+                if "status" in obj:
+                    return str(obj["status"])
+            return ""
+        return str(state.get("status", ""))
+
+    def stats(self, name: str) -> dict[str, object]:
+        done = self._capture(events_stats_argv(self.target, name))
+        if done.returncode != 0:
+            raise RunscError("events --stats", name, done.returncode, done.output[-LOG_TAIL_BYTES:])
+        for obj in parse_json_lines(done.output):
+            if obj.get("type") == "stats":
+                data = obj.get("data")
+                return data if isinstance(data, dict) else {}
+        raise RunscError("events --stats", name, 0, "no stats object in output")

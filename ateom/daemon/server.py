@@ -1,0 +1,170 @@
+"""gRPC server: the Ateom servicer (thin translation), health, reflection, draining.
+
+`serve(config)` is `ateom serve`: a unix socket (parent dir 0700, socket
+0660, a stale socket replaced, removed on exit), TCP only with --listen,
+health SERVING once ready and NOT_SERVING while draining, and on
+SIGTERM/SIGINT a drain (see `AteomService.drain`) then exit 0.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import stat
+import threading
+import time
+from concurrent import futures
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+import structlog
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from ateom._proto import ateom_pb2 as pb
+from ateom._proto import ateom_pb2_grpc as pb_grpc
+from ateom.daemon import wire
+from ateom.daemon.config import DaemonConfig
+from ateom.daemon.inspect import InspectServicer
+from ateom.daemon.rpc import rpc
+from ateom.daemon.service import AteomService
+from ateom.errors import AteomError, ErrorCode
+
+log = structlog.get_logger("ateom.server")
+
+SERVICE_NAMES = (
+    pb.DESCRIPTOR.services_by_name["Ateom"].full_name,
+    pb.DESCRIPTOR.services_by_name["Inspect"].full_name,
+)
+
+
+class AteomServicer(pb_grpc.AteomServicer):
+    """Wire <-> service; nothing else."""
+
+    def __init__(self, service: AteomService) -> None:
+        self.service = service
+
+    @rpc("RunWorkload")
+    def RunWorkload(self, request: Any, context: grpc.ServicerContext) -> Any:
+        self.service.run_workload(wire.run_request(request))
+        return pb.RunWorkloadResponse()
+
+    @rpc("CheckpointWorkload")
+    def CheckpointWorkload(self, request: Any, context: grpc.ServicerContext) -> Any:
+        return wire.checkpoint_response(
+            self.service.checkpoint_workload(wire.checkpoint_request(request)))
+
+    @rpc("RestoreWorkload")
+    def RestoreWorkload(self, request: Any, context: grpc.ServicerContext) -> Any:
+        self.service.restore_workload(wire.restore_request(request))
+        return pb.RestoreWorkloadResponse()
+
+    @rpc("TerminateWorkload")
+    def TerminateWorkload(self, request: Any, context: grpc.ServicerContext) -> Any:
+        self.service.terminate_workload(wire.terminate_request(request))
+        return pb.TerminateWorkloadResponse()
+
+    @rpc("GetWorkloadStats")
+    def GetWorkloadStats(self, request: Any, context: grpc.ServicerContext) -> Any:
+        return wire.stats_sample(self.service.workload_stats(request.actor_uid))
+
+    @rpc("GetActiveWorkloadStats")
+    def GetActiveWorkloadStats(self, request: Any, context: grpc.ServicerContext) -> Any:
+        return pb.GetActiveWorkloadStatsResponse(
+            samples=[wire.stats_sample(s) for s in self.service.active_workload_stats()])
+
+
+def prepare_socket(path: str) -> None:
+    """Parent dir 0700; a stale socket is removed, anything else in the way is refused."""
+    parent = os.path.dirname(path) or "."
+    os.makedirs(parent, mode=0o700, exist_ok=True)
+    os.chmod(parent, 0o700)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(st.st_mode):
+        raise AteomError(f"--socket {path}: exists and is not a socket; refusing to replace it",
+                         code=ErrorCode.FAILED_PRECONDITION)
+    os.unlink(path)
+    log.info("stale_socket_removed", path=path)
+
+
+@dataclass
+class RunningServer:
+    server: grpc.Server
+    health: health.HealthServicer
+    service: AteomService
+    socket: str
+    tcp_port: int | None
+
+    def set_serving(self, serving: bool) -> None:
+        status = (health_pb2.HealthCheckResponse.SERVING if serving
+                  else health_pb2.HealthCheckResponse.NOT_SERVING)
+        for name in ("", *SERVICE_NAMES):
+            self.health.set(name, status)
+
+    def stop(self, grace: float | None = 1.0) -> None:
+        self.server.stop(grace).wait()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.socket)
+
+
+def start_server(config: DaemonConfig, service: AteomService) -> RunningServer:
+    """Bind, register services, start; health SERVING. (Binds sockets.)"""
+    prepare_socket(config.socket)
+    os.makedirs(config.state_root, mode=0o700, exist_ok=True)
+    os.makedirs(config.log_root, mode=0o750, exist_ok=True)
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=max(8, config.max_actors * 4),
+                                   thread_name_prefix="rpc"),
+    )
+    pb_grpc.add_AteomServicer_to_server(AteomServicer(service), server)
+    pb_grpc.add_InspectServicer_to_server(InspectServicer(service), server)
+    health_servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection(
+        (*SERVICE_NAMES, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+         reflection.SERVICE_NAME),
+        server,
+    )
+    old_umask = os.umask(0o117)  # socket created 0660
+    try:
+        server.add_insecure_port(f"unix:{config.socket}")
+    finally:
+        os.umask(old_umask)
+    os.chmod(config.socket, 0o660)
+    tcp_port = server.add_insecure_port(config.listen) if config.listen else None
+    server.start()
+    running = RunningServer(server, health_servicer, service, config.socket, tcp_port)
+    service.state = "serving"
+    running.set_serving(True)
+    log.info("serving", socket=config.socket, listen=config.listen or None,
+             max_actors=config.max_actors, runsc=config.runsc, pid=os.getpid())
+    return running
+
+
+def serve(config: DaemonConfig, service: AteomService | None = None) -> int:
+    """Run until SIGTERM/SIGINT, then drain and return 0."""
+    service = service or AteomService(config)
+    service.reaper.start()
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: object) -> None:
+        log.info("signal", signal=signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    started = time.perf_counter()
+    running = start_server(config, service)
+    log.info("ready", startup_ms=round((time.perf_counter() - started) * 1000, 3))
+    while not stop.wait(0.5):
+        pass
+    running.set_serving(False)
+    service.drain(config.shutdown_grace)
+    running.stop(grace=1.0)
+    log.info("stopped")
+    return 0

@@ -1,0 +1,640 @@
+"""AteomService: the actor lifecycle over runsc (the imperative shell).
+
+Every call runs the same way: validate the request (pure, before any side
+effect), probe runsc, reserve the actor, plan the sandbox (read bundles,
+choose and resolve devices, dry-run the injection: still no side effect),
+then apply and boot. Any failure after the first side effect rolls back in
+reverse: containers killed and deleted, leftover sandbox processes killed,
+bundles' config.json restored, state dir removed.
+
+The gRPC servicer (`ateom.daemon.server`) only translates to and from this
+object; tests drive it directly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from ateom import __version__
+from ateom.cdi.model import Resolution
+from ateom.daemon import bundles, devices, validation
+from ateom.daemon.actors import Actor, ActorTable, Op, Phase
+from ateom.daemon.config import DaemonConfig
+from ateom.daemon.gpu import SpecGenerator, gpu_present
+from ateom.daemon.phases import phase
+from ateom.daemon.reaper import Reaper, default_reaper
+from ateom.daemon.requests import (
+    ActorRef,
+    CheckpointRequest,
+    CheckpointResult,
+    ContainerRequest,
+    RestoreRequest,
+    RunRequest,
+    StatsSample,
+    TerminateRequest,
+)
+from ateom.daemon.runsc import NvproxyOptions, Runsc, RunscError, RunscTarget
+from ateom.daemon.runsc_probe import RunscInfo, probe_runsc
+from ateom.errors import AteomError, ErrorCode
+
+log = structlog.get_logger("ateom.service")
+
+# injector(bundle_dir, resolution, dry_run) -> unified diff of config.json.
+Injector = Callable[[str, Resolution, bool], str]
+
+
+def default_injector(environ: dict[str, str]) -> Injector:
+    """The CDI injector with the gVisor NVIDIA profile (imported on first use)."""
+
+    def inject(bundle_dir: str, resolution: Resolution, dry_run: bool) -> str:
+        from ateom.inject.injector import inject_devices
+        from ateom.inject.options import gvisor_nvidia_options
+
+        plan = inject_devices(bundle_dir, resolution, gvisor_nvidia_options(environ),
+                              dry_run=dry_run)
+        return str(plan.diff())
+
+    return inject
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerPlan:
+    name: str
+    bundle: str
+    original: bytes  # config.json as the node agent left it (restored on clean-up)
+    prepared: bytes  # config.json runsc sees, before device injection
+    devices: tuple[str, ...]
+    resolution: Resolution | None
+    is_sandbox: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxPlan:
+    containers: tuple[ContainerPlan, ...]  # sandbox root first
+
+    @property
+    def gpu(self) -> bool:
+        return any(c.devices for c in self.containers)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.containers)
+
+    @property
+    def devices(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(d for c in self.containers for d in c.devices))
+
+
+@dataclass
+class Sandbox:
+    """What the service keeps per hosted actor."""
+
+    runsc: Runsc
+    plan: SandboxPlan
+    applied: list[ContainerPlan] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class ActorStatus:
+    ref: ActorRef
+    phase: str
+    containers: tuple[str, ...]
+    devices: tuple[str, ...]
+    sandbox_exited: bool
+
+
+@dataclass(frozen=True, slots=True)
+class DaemonStatus:
+    version: str
+    state: str
+    actors: tuple[ActorStatus, ...]
+    gpu_present: bool
+    cdi_spec_source: str
+    runsc: RunscInfo | None
+    runsc_error: str
+    max_actors: int
+    spec_dirs: tuple[str, ...]
+
+
+def _write_atomic(path: str, data: bytes) -> None:
+    tmp = f"{path}.ateom-tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def _sandbox_processes(root: str) -> list[int]:
+    """Pids of runsc processes (sandbox, gofer...) run with ``--root=<root>`` (reads /proc)."""
+    marker = f"--root={root}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                args = f.read().split(b"\0")
+        except OSError:
+            continue
+        if marker in args:
+            found.append(int(entry))
+    return found
+
+
+class AteomService:
+    def __init__(
+        self,
+        config: DaemonConfig,
+        *,
+        reaper: Reaper | None = None,
+        injector: Injector | None = None,
+    ) -> None:
+        self.config = config
+        self.reaper = reaper or default_reaper()
+        self.injector = injector or default_injector(dict(config.env or os.environ))
+        self.actors = ActorTable(config.max_actors)
+        self.state = "starting"
+        self.spec_generator = SpecGenerator(
+            self.reaper, config.driver_root, config.generated_cdi_dir,
+            dict(config.env or os.environ),
+        )
+        self._inflight = 0
+        self._inflight_cond = threading.Condition()
+        self.nvproxy = NvproxyOptions(config.nvproxy_driver_version, config.nvproxy_capabilities)
+
+    # -- shared steps ------------------------------------------------------
+
+    def probe(self, path: str) -> RunscInfo:
+        def runner(argv: Sequence[str]) -> tuple[int, str]:
+            done = self.reaper.run_capture(argv, timeout=60)
+            return done.returncode, done.output
+
+        return probe_runsc(path, runner)
+
+    def _runsc(self, uid: str, info: RunscInfo) -> Runsc:
+        log_dir = os.path.join(self.config.log_root, uid)
+        os.makedirs(log_dir, mode=0o750, exist_ok=True)
+        target = RunscTarget(
+            info=info,
+            root=os.path.join(self.config.state_root, uid),
+            global_flags=self.config.runsc_global_flags,
+            nvproxy=self.nvproxy,
+        )
+        return Runsc(target, self.reaper, log_dir, self.config.runsc_timeout)
+
+    @contextlib.contextmanager
+    def _call(self, op: Op, uid: str, *, admits: bool) -> Iterator[None]:
+        """Every lifecycle call: draining check, in-flight count, actor log context."""
+        with self._inflight_cond:
+            if admits and self.state == "draining":
+                raise AteomError("ateom is draining: not accepting new actors",
+                                 code=ErrorCode.UNAVAILABLE)
+            self._inflight += 1
+        try:
+            with structlog.contextvars.bound_contextvars(actor_uid=uid, op=op.value):
+                yield
+        finally:
+            with self._inflight_cond:
+                self._inflight -= 1
+                self._inflight_cond.notify_all()
+
+    def _registry_devices(self, want_gpu_default: bool, explicit: bool) -> tuple[Any, str]:
+        """Load the CDI registry; generate the nvidia spec when GPUs exist but no spec does."""
+        from ateom.cdi.registry import Registry
+
+        spec_dirs = list(self.config.spec_dirs)
+        if self.spec_generator.generated:
+            spec_dirs.append(self.config.generated_cdi_dir)
+        registry = Registry.load(spec_dirs)
+        source = ""
+        if want_gpu_default and not registry.has_kind(devices.GPU_KIND):
+            with phase("cdi.generate"):
+                generated = self.spec_generator.ensure()
+            spec_dirs.append(os.path.dirname(generated))
+            registry = Registry.load(list(dict.fromkeys(spec_dirs)))
+            source = f"generated:{generated}"
+        return registry, source
+
+    def _plan(
+        self, bundle_root: str, containers: Sequence[ContainerRequest], info: RunscInfo,
+        *, cpu_milli: int = 0, memory_bytes: int = 0,
+    ) -> SandboxPlan:
+        """Read bundles, choose/resolve devices, dry-run injection. No side effects."""
+        pause = self.config.pause_container
+        present = gpu_present(self.config.gpu_glob)
+        needs_registry = any(
+            c.devices.policy.value == "explicit" or (present and c.devices.policy.value
+                                                     == "pod-default")
+            for c in containers
+        )
+        registry = None
+        if needs_registry:
+            registry, _ = self._registry_devices(
+                present and any(c.devices.policy.value == "pod-default" for c in containers),
+                True,
+            )
+        pod_default = devices.pod_default_devices(
+            d.qualified_name for d in registry.devices()) if registry else ()
+        plans = []
+        for name, request in [(pause, None), *[(c.name, c) for c in containers]]:
+            bundle = os.path.join(bundle_root, name)
+            config_path = os.path.join(bundle, "config.json")
+            try:
+                with open(config_path, "rb") as f:
+                    original = f.read()
+            except FileNotFoundError:
+                raise AteomError(
+                    f"container {name!r}: bundle {bundle} has no config.json (the node agent"
+                    " prepares one bundle per container under oci_bundle_dir)",
+                    code=ErrorCode.FAILED_PRECONDITION,
+                ) from None
+            except OSError as exc:
+                raise AteomError(f"{config_path}: cannot read: {exc.strerror}",
+                                 code=ErrorCode.FAILED_PRECONDITION) from None
+            prepared = bundles.prepare_config(
+                bundles.parse_config(original, config_path), config_path,
+                container=name, sandbox_id=pause, is_sandbox=request is None,
+                cpu_milli=cpu_milli, memory_bytes=memory_bytes,
+            )
+            if prepared.removed_annotations:
+                log.warning("foreign_annotations_removed", container=name,
+                            annotations=list(prepared.removed_annotations))
+            names: tuple[str, ...] = ()
+            resolution = None
+            if request is not None:
+                names = devices.choose_devices(request, gpu_present=present,
+                                               pod_default=pod_default)
+                if names:
+                    devices.check_gvisor_devices(name, names)
+                    assert registry is not None
+                    resolution = registry.resolve(list(names))
+                    devices.check_resolution_for_gvisor(name, resolution)
+            plans.append(ContainerPlan(name, bundle, original,
+                                       bundles.dump_config(prepared.config), names, resolution,
+                                       request is None))
+        plan = SandboxPlan(tuple(plans))
+        if plan.gpu:
+            devices.check_nvproxy(info)
+        for c in plan.containers:
+            if c.resolution is not None:
+                with phase("inject.plan", container=c.name):
+                    self.injector(c.bundle, c.resolution, True)
+        return plan
+
+    def _apply(self, sandbox: Sandbox) -> None:
+        """Write each prepared config.json, then inject its devices (writes files)."""
+        for c in sandbox.plan.containers:
+            sandbox.applied.append(c)
+            _write_atomic(os.path.join(c.bundle, "config.json"), c.prepared)
+            if c.resolution is not None:
+                with phase("inject", container=c.name, devices=list(c.devices)):
+                    self.injector(c.bundle, c.resolution, False)
+
+    def _unapply(self, sandbox: Sandbox) -> None:
+        """Give each bundle back the config.json the node agent wrote (writes files)."""
+        for c in reversed(sandbox.applied):
+            try:
+                _write_atomic(os.path.join(c.bundle, "config.json"), c.original)
+            except OSError as exc:
+                log.warning("bundle_restore_failed", container=c.name, error=str(exc))
+        sandbox.applied.clear()
+
+    def _boot(self, actor: Actor, sandbox: Sandbox, image_path: str | None) -> None:
+        runsc = sandbox.runsc
+        os.makedirs(runsc.target.root, mode=0o700, exist_ok=True)
+        for c in sandbox.plan.containers:
+            pid_file = os.path.join(runsc.target.root, f"{c.name}.pid")
+            gpu = sandbox.plan.gpu and c.is_sandbox
+            if image_path is not None:
+                if runsc.target.info.restore_needs_create:
+                    with phase("runsc.create", container=c.name):
+                        runsc.create(c.name, c.bundle, pid_file, gpu=gpu)
+                with phase("runsc.restore", container=c.name):
+                    runsc.restore(c.name, c.bundle, image_path, pid_file, gpu=gpu)
+            else:
+                with phase("runsc.create", container=c.name):
+                    runsc.create(c.name, c.bundle, pid_file, gpu=gpu)
+                with phase("runsc.start", container=c.name):
+                    runsc.start(c.name)
+            if c.is_sandbox:
+                self._watch_sandbox(actor, pid_file)
+
+    def _watch_sandbox(self, actor: Actor, pid_file: str) -> None:
+        try:
+            with open(pid_file) as f:
+                actor.sandbox_pid = int(f.read().strip() or 0)
+        except (OSError, ValueError):
+            return
+        if actor.sandbox_pid <= 0:
+            return
+        uid = actor.ref.actor_uid
+
+        def exited(pid: int, code: int) -> None:
+            actor.sandbox_exit = code
+            log.info("sandbox_exited", actor_uid=uid, pid=pid, exit_code=code)
+
+        self.reaper.watch(actor.sandbox_pid, exited)
+
+    def _teardown(self, runsc: Runsc, names: Sequence[str], grace: float) -> None:
+        """Kill (TERM, grace, KILL) and delete apps then the sandbox root; clean the state dir.
+
+        Skips what `runsc list` no longer shows. Then kills any runsc process
+        still running with this actor's --root: a container left `created`
+        by a failed flow keeps its sandbox after `delete -force` otherwise.
+        """
+        with phase("teardown"):
+            known = set(runsc.list())
+            present = [n for n in names if n in known]
+            ordered = list(reversed(present))  # apps first, sandbox root last
+            if grace > 0 and ordered:
+                for name in ordered:
+                    runsc.kill(name, "TERM")
+                deadline = time.monotonic() + grace
+                waiting = list(ordered)
+                while waiting and time.monotonic() < deadline:
+                    waiting = [n for n in waiting if runsc.status(n) not in ("stopped", "")]
+                    if waiting:
+                        time.sleep(0.05)
+            for name in ordered:
+                runsc.kill(name, "KILL")
+            for name in ordered:
+                with phase("runsc.delete", container=name):
+                    runsc.delete(name)
+            for name in sorted(known - set(present)):  # containers we never asked for
+                runsc.kill(name, "KILL")
+                runsc.delete(name)
+            leftovers = _sandbox_processes(runsc.target.root)
+            for pid in leftovers:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            if leftovers:
+                log.warning("sandbox_processes_killed", pids=leftovers)
+            deadline = time.monotonic() + 5
+            while _sandbox_processes(runsc.target.root) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            shutil.rmtree(runsc.target.root, ignore_errors=True)
+
+    def _rollback(self, actor: Actor, sandbox: Sandbox) -> None:
+        with phase("rollback"):
+            try:
+                self._teardown(sandbox.runsc, sandbox.plan.names, 0)
+            finally:
+                self._unapply(sandbox)
+                if actor.sandbox_pid:
+                    self.reaper.unwatch(actor.sandbox_pid)
+
+    def _host(self, actor: Actor, sandbox: Sandbox, image_path: str | None) -> None:
+        """Apply the plan and boot; on any failure roll back and re-raise."""
+        actor.containers = sandbox.plan.names
+        actor.devices = sandbox.plan.devices
+        actor.gpu = sandbox.plan.gpu
+        actor.sandbox = sandbox
+        try:
+            self._apply(sandbox)
+            self._boot(actor, sandbox, image_path)
+        except BaseException:
+            self._rollback(actor, sandbox)
+            raise
+        actor.epoch_unix_nano = time.time_ns()
+        actor.phase = Phase.RUNNING
+
+    def _check_runsc(self, requested: str) -> RunscInfo:
+        path = validation.check_runsc_path(requested, self.config.runsc, self.config.runsc_dir)
+        return self.probe(path)
+
+    # -- lifecycle ---------------------------------------------------------
+
+    def run_workload(self, req: RunRequest) -> None:
+        with self._call(Op.RUN, req.actor.actor_uid, admits=True):
+            with phase("validate"):
+                validation.check_run(req, self.config.actors_root)
+                info = self._check_runsc(req.runsc_path)
+                validation.check_dirs_on_disk(req.dirs, self.config.actors_root)
+            actor = self.actors.admit(req.actor, Op.RUN)
+            try:
+                with phase("plan"):
+                    plan = self._plan(req.dirs.oci_bundle_dir, req.containers, info,
+                                      cpu_milli=req.cpu_milli, memory_bytes=req.memory_bytes)
+                self._host(actor, Sandbox(self._runsc(req.actor.actor_uid, info), plan), None)
+                log.info("actor_running", containers=list(plan.names),
+                         devices=list(plan.devices), nvproxy=plan.gpu)
+            except BaseException:
+                self.actors.remove(actor)
+                raise
+            finally:
+                actor.lock.release()
+
+    def restore_workload(self, req: RestoreRequest) -> None:
+        with self._call(Op.RESTORE, req.actor.actor_uid, admits=True):
+            with phase("validate"):
+                validation.check_restore(req, self.config.actors_root)
+                info = self._check_runsc(req.runsc_path)
+                validation.check_dirs_on_disk(req.dirs, self.config.actors_root)
+                image = req.dirs.restore_dir
+                if not os.path.isdir(image) or not os.listdir(image):
+                    raise AteomError(f"actor_dirs.restore_dir {image}: missing or empty",
+                                     code=ErrorCode.FAILED_PRECONDITION)
+            actor = self.actors.admit(req.actor, Op.RESTORE)
+            try:
+                with phase("plan"):
+                    plan = self._plan(req.dirs.oci_bundle_dir, req.containers, info,
+                                      cpu_milli=req.cpu_milli, memory_bytes=req.memory_bytes)
+                self._host(actor, Sandbox(self._runsc(req.actor.actor_uid, info), plan), image)
+                if not req.preserve_restore_dir:
+                    shutil.rmtree(image, ignore_errors=True)
+                log.info("actor_restored", containers=list(plan.names),
+                         devices=list(plan.devices), nvproxy=plan.gpu)
+            except RunscError as exc:
+                self.actors.remove(actor)
+                raise AteomError(
+                    f"restore of actor {req.actor.actor_uid} failed in runsc and was cleaned"
+                    f" up: {exc}",
+                    code=ErrorCode.INTERNAL,
+                ) from exc
+            except BaseException:
+                self.actors.remove(actor)
+                raise
+            finally:
+                actor.lock.release()
+
+    def checkpoint_workload(self, req: CheckpointRequest) -> CheckpointResult:
+        uid = req.actor.actor_uid
+        with self._call(Op.CHECKPOINT, uid, admits=False):
+            with phase("validate"):
+                validation.check_checkpoint(req, self.config.actors_root)
+                validation.check_runsc_path(req.runsc_path, self.config.runsc,
+                                            self.config.runsc_dir)
+                validation.check_dirs_on_disk(req.dirs, self.config.actors_root)
+            with self.actors.operate(uid, Op.CHECKPOINT) as actor:
+                sandbox: Sandbox = actor.sandbox
+                runsc = sandbox.runsc
+                image = req.dirs.checkpoint_dir
+                os.makedirs(image, mode=0o750, exist_ok=True)
+                root = self.config.pause_container
+                try:
+                    with phase("runsc.checkpoint", container=root):
+                        runsc.checkpoint(root, image)
+                except RunscError as exc:
+                    if runsc.status(root) == "running":
+                        # e.g. a live CUDA context runsc cannot save: nothing
+                        # is lost, the actor keeps running.
+                        raise AteomError(
+                            f"runsc refused to checkpoint actor {uid}; it keeps running:"
+                            f"\n{exc.tail}",
+                            code=ErrorCode.FAILED_PRECONDITION,
+                        ) from exc
+                    self._release(actor, grace=0)
+                    raise
+                files = tuple(sorted(
+                    os.path.relpath(os.path.join(d, f), image)
+                    for d, _, fs in os.walk(image) for f in fs
+                ))
+                self._release(actor, grace=0)
+                log.info("actor_checkpointed", files=list(files))
+                return CheckpointResult(files)
+
+    def _release(self, actor: Actor, grace: float) -> None:
+        sandbox: Sandbox = actor.sandbox
+        try:
+            self._teardown(sandbox.runsc, sandbox.plan.names, grace)
+        finally:
+            self._unapply(sandbox)
+            if actor.sandbox_pid:
+                self.reaper.unwatch(actor.sandbox_pid)
+            self.actors.remove(actor)
+
+    def terminate_workload(self, req: TerminateRequest) -> None:
+        uid = req.actor.actor_uid
+        with self._call(Op.TERMINATE, uid, admits=False):
+            with phase("validate"):
+                validation.check_terminate(req, self.config.actors_root)
+                validation.check_runsc_path(req.runsc_path, self.config.runsc,
+                                            self.config.runsc_dir)
+            if self.actors.get(uid) is None:
+                self._clean_leftovers(uid)  # idempotent: a gone actor is terminated
+                return
+            try:
+                with self.actors.operate(uid, Op.TERMINATE) as actor:
+                    self._release(actor, grace=self.config.kill_grace)
+                    log.info("actor_terminated")
+            except AteomError as exc:
+                if exc.code is ErrorCode.NOT_FOUND:  # went away while we waited
+                    return
+                raise
+
+    def _clean_leftovers(self, uid: str) -> None:
+        """A terminate for an actor we do not host: clear any state a crash left."""
+        root = os.path.join(self.config.state_root, uid)
+        if not os.path.isdir(root):
+            return
+        info = self.probe(self.config.runsc)
+        runsc = self._runsc(uid, info)
+        self._teardown(runsc, sorted(runsc.list()), 0)
+
+    # -- stats -------------------------------------------------------------
+
+    def workload_stats(self, uid: str) -> StatsSample:
+        actor = self.actors.get(uid)
+        if actor is None:
+            raise AteomError(f"actor {uid}: not hosted by this worker", code=ErrorCode.NOT_FOUND)
+        if actor.phase in (Phase.BOOTING, Phase.RESTORING):
+            raise AteomError(f"actor {uid}: still {actor.phase.value}; no stats yet",
+                             code=ErrorCode.FAILED_PRECONDITION)
+        sandbox: Sandbox | None = actor.sandbox
+        if sandbox is None:
+            raise AteomError(f"actor {uid}: no sandbox", code=ErrorCode.FAILED_PRECONDITION)
+        try:
+            data = sandbox.runsc.stats(self.config.pause_container)
+        except RunscError as exc:
+            raise AteomError(f"actor {uid}: runsc reported no stats: {exc.tail}",
+                             code=ErrorCode.UNAVAILABLE) from exc
+        return sample_from_runsc_stats(actor, data, time.time_ns())
+
+    def active_workload_stats(self) -> list[StatsSample]:
+        samples = []
+        for actor in self.actors.snapshot():
+            if actor.phase is not Phase.RUNNING:
+                continue
+            try:
+                samples.append(self.workload_stats(actor.ref.actor_uid))
+            except AteomError as exc:
+                log.info("stats_skipped", actor_uid=actor.ref.actor_uid, reason=str(exc))
+        return samples
+
+    # -- daemon ------------------------------------------------------------
+
+    def status(self) -> DaemonStatus:
+        try:
+            info: RunscInfo | None = self.probe(self.config.runsc)
+            error = ""
+        except AteomError as exc:
+            info, error = None, str(exc)
+        source = ""
+        if self.spec_generator.generated:
+            source = f"generated:{self.spec_generator.generated}"
+        else:
+            try:
+                from ateom.cdi.registry import Registry
+
+                registry = Registry.load(list(self.config.spec_dirs))
+                gpu_specs = sorted({d.spec_path for d in registry.devices()
+                                    if d.qualified_name.startswith(devices.GPU_KIND + "=")})
+                source = ",".join(gpu_specs)
+            except AteomError:
+                source = ""
+        return DaemonStatus(
+            version=__version__,
+            state=self.state,
+            actors=tuple(
+                ActorStatus(a.ref, a.phase.value, a.containers, a.devices,
+                            a.sandbox_exit is not None)
+                for a in self.actors.snapshot()
+            ),
+            gpu_present=gpu_present(self.config.gpu_glob),
+            cdi_spec_source=source,
+            runsc=info,
+            runsc_error=error,
+            max_actors=self.config.max_actors,
+            spec_dirs=self.config.spec_dirs,
+        )
+
+    def drain(self, grace: float) -> None:
+        """Stop admitting, let in-flight calls finish for up to `grace`, terminate the rest."""
+        with self._inflight_cond:
+            self.state = "draining"
+            deadline = time.monotonic() + grace
+            while self._inflight and time.monotonic() < deadline:
+                self._inflight_cond.wait(timeout=deadline - time.monotonic())
+            log.info("draining", inflight=self._inflight, hosted=len(self.actors))
+        for actor in self.actors.snapshot():
+            with contextlib.suppress(AteomError):
+                self.terminate_workload(TerminateRequest(actor=actor.ref))
+
+
+def sample_from_runsc_stats(actor: Actor, data: dict[str, Any], now_ns: int) -> StatsSample:
+    """Map `runsc events --stats` data to a sample (pure but for the peak it tracks)."""
+    memory = data.get("memory") or {}
+    usage = memory.get("usage") or {}
+    current = int(usage.get("usage", 0) or 0)
+    peak = max(actor.memory_peak_bytes, int(usage.get("max", 0) or 0), current)
+    actor.memory_peak_bytes = peak
+    cache = int((memory.get("cache") or 0) or 0)
+    cpu_total_ns = int(((data.get("cpu") or {}).get("usage") or {}).get("total", 0) or 0)
+    return StatsSample(
+        actor=actor.ref,
+        memory_current_bytes=current,
+        memory_peak_bytes=peak,
+        memory_working_set_bytes=max(current - cache, 0),
+        cpu_usage_usec=cpu_total_ns // 1000,
+        observed_at_unix_nano=now_ns,
+        epoch_unix_nano=actor.epoch_unix_nano,
+    )

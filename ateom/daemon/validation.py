@@ -1,0 +1,204 @@
+"""Pure checks of a request, run before anything touches the disk or runsc.
+
+Each check raises `AteomError` with the gRPC code the node agent should see
+and a message naming the field. Nothing here stats a file: the one check
+that must (symlinks escaping --actors-root) is `check_dirs_on_disk`, an I/O
+function kept next to its pure sibling.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Sequence
+
+from ateom.cdi.names import parse_qualified_name
+from ateom.daemon.requests import (
+    ActorDirs,
+    ActorRef,
+    CheckpointRequest,
+    ContainerRequest,
+    DevicePolicy,
+    RestoreRequest,
+    RunRequest,
+    SnapshotScope,
+    TerminateRequest,
+)
+from ateom.errors import AteomError, ErrorCode, QualifiedNameError
+
+# actor_uid becomes a directory name (runsc -root, logs): letters, digits and
+# ._- only, so it can never be "..", contain "/" or start with "-".
+_SAFE_UID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+# Container names are Kubernetes container names (DNS-1123 labels). They also
+# become runsc container ids and bundle sub-directories; a leading "_" is
+# impossible, so no app container can be mistaken for the pause container.
+_CONTAINER_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+def invalid(message: str) -> AteomError:
+    return AteomError(message, code=ErrorCode.INVALID_ARGUMENT)
+
+
+def unimplemented(field: str, why: str = "not supported by ateom") -> AteomError:
+    return AteomError(f"{field} is set but {why}", code=ErrorCode.UNIMPLEMENTED)
+
+
+def check_actor(actor: ActorRef) -> None:
+    if not actor.actor_uid:
+        raise invalid("actor_uid: required")
+    if not _SAFE_UID.match(actor.actor_uid) or ".." in actor.actor_uid:
+        raise invalid(
+            f"actor_uid {actor.actor_uid!r}: must be 1-128 letters, digits, '.', '_' or '-',"
+            " starting with a letter or digit"
+        )
+
+
+def check_containers(containers: Sequence[ContainerRequest]) -> None:
+    seen: set[str] = set()
+    for i, c in enumerate(containers):
+        where = f"spec.containers[{i}]"
+        if not _CONTAINER_NAME.match(c.name):
+            raise invalid(
+                f"{where}.name {c.name!r}: must be a DNS-1123 label"
+                " (lowercase letters, digits, '-', at most 63)"
+            )
+        if c.name in seen:
+            raise invalid(f"{where}.name {c.name!r}: duplicate container name")
+        seen.add(c.name)
+        choice = c.devices
+        if choice.policy is DevicePolicy.EXPLICIT:
+            if not choice.names:
+                raise invalid(f"{where}.devices: explicit policy needs at least one name")
+            for j, name in enumerate(choice.names):
+                try:
+                    parse_qualified_name(name)
+                except QualifiedNameError as exc:
+                    raise invalid(f"{where}.devices.names[{j}]: {exc}") from None
+        elif choice.names:
+            raise invalid(
+                f"{where}.devices.names: given with policy {choice.policy.value};"
+                " names need the explicit policy"
+            )
+        for field_name in (
+            "durable_dir_volume_mounts",
+            "csi_volume_mounts",
+            "system_info_volume_mounts",
+            "image_volume_mounts",
+        ):
+            if getattr(c, field_name):
+                raise unimplemented(f"{where}.{field_name}")
+        if c.wakeup_probe:
+            raise unimplemented(f"{where}.wakeup_probe", "ateom does not run wakeup probes")
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def check_dirs(dirs: ActorDirs, actors_root: str, required: Iterable[str]) -> None:
+    """Every given path is absolute, normalized and under `actors_root`; `required` are set."""
+    root = os.path.normpath(actors_root)
+    for name in required:
+        if not getattr(dirs, name):
+            raise invalid(f"actor_dirs.{name}: required")
+    for name, path in dirs.items():
+        if not path:
+            continue
+        if not os.path.isabs(path):
+            raise invalid(f"actor_dirs.{name} {path!r}: must be an absolute path")
+        if os.path.normpath(path) != path or "//" in path:
+            raise invalid(f"actor_dirs.{name} {path!r}: must be normalized (no '.', '..', '//')")
+        if not _under(path, root) or path == root:
+            raise invalid(f"actor_dirs.{name} {path!r}: must be under --actors-root {root}")
+
+
+def check_dirs_on_disk(dirs: ActorDirs, actors_root: str) -> None:
+    """Stat: no given path may leave `actors_root` through a symlink."""
+    root = os.path.realpath(actors_root)
+    for name, path in dirs.items():
+        if path and not _under(os.path.realpath(path), root):
+            raise invalid(
+                f"actor_dirs.{name} {path!r}: resolves to {os.path.realpath(path)!r},"
+                f" outside --actors-root {root}"
+            )
+
+
+def check_runsc_path(requested: str, configured: str, runsc_dir: str) -> str:
+    """The binary to execute: the configured one, or one under --runsc-dir.
+
+    The request must not choose an arbitrary binary: anything else is
+    PERMISSION_DENIED, whatever the file is.
+    """
+    if not requested or requested == configured:
+        return configured
+    if (
+        runsc_dir
+        and os.path.isabs(requested)
+        and os.path.normpath(requested) == requested
+        and _under(requested, os.path.normpath(runsc_dir))
+        and requested != os.path.normpath(runsc_dir)
+    ):
+        return requested
+    allowed = f"{configured!r}" + (f" or a binary under {runsc_dir}" if runsc_dir else "")
+    raise AteomError(
+        f"runsc_path {requested!r}: not allowed; ateom only runs {allowed}",
+        code=ErrorCode.PERMISSION_DENIED,
+    )
+
+
+def _check_common_unsupported(
+    runtime_asset_paths: object, egress_gateway: str | None, snapshot_scope: SnapshotScope | None
+) -> None:
+    if runtime_asset_paths:
+        raise unimplemented("runtime_asset_paths")
+    if egress_gateway is not None:
+        raise unimplemented("egress_gateway", "ateom runs sandboxes without an egress gateway")
+    if snapshot_scope is SnapshotScope.DATA:
+        raise unimplemented("scope", "SNAPSHOT_SCOPE_DATA is not built; use FULL")
+
+
+def _check_resources(cpu_milli: int, memory_bytes: int) -> None:
+    if cpu_milli < 0:
+        raise invalid(f"cpu_milli {cpu_milli}: must be >= 0")
+    if memory_bytes < 0:
+        raise invalid(f"memory_bytes {memory_bytes}: must be >= 0")
+
+
+def _check_snapshot_uri(uri: str, local_dir: str, field: str) -> None:
+    # The node agent moves snapshots itself; ateom only reads and writes the
+    # local directory. A URI naming anything else would be silently ignored.
+    if uri and uri not in (local_dir, "file://" + local_dir):
+        raise unimplemented(
+            "snapshot_uri", f"ateom only uses the local {field} ({local_dir!r}), not {uri!r}"
+        )
+
+
+def check_run(req: RunRequest, actors_root: str) -> None:
+    check_actor(req.actor)
+    check_dirs(req.dirs, actors_root, ("oci_bundle_dir",))
+    check_containers(req.containers)
+    _check_common_unsupported(req.runtime_asset_paths, req.egress_gateway, None)
+    _check_resources(req.cpu_milli, req.memory_bytes)
+
+
+def check_checkpoint(req: CheckpointRequest, actors_root: str) -> None:
+    check_actor(req.actor)
+    check_dirs(req.dirs, actors_root, ("checkpoint_dir",))
+    check_containers(req.containers)
+    _check_common_unsupported(req.runtime_asset_paths, None, req.scope)
+    _check_snapshot_uri(req.snapshot_uri, req.dirs.checkpoint_dir, "checkpoint_dir")
+
+
+def check_restore(req: RestoreRequest, actors_root: str) -> None:
+    check_actor(req.actor)
+    check_dirs(req.dirs, actors_root, ("oci_bundle_dir", "restore_dir"))
+    check_containers(req.containers)
+    _check_common_unsupported(req.runtime_asset_paths, req.egress_gateway, req.scope)
+    _check_resources(req.cpu_milli, req.memory_bytes)
+    _check_snapshot_uri(req.snapshot_uri, req.dirs.restore_dir, "restore_dir")
+
+
+def check_terminate(req: TerminateRequest, actors_root: str) -> None:
+    check_actor(req.actor)
+    check_dirs(req.dirs, actors_root, ())
+    check_containers(req.containers)

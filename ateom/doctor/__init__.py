@@ -1,0 +1,62 @@
+"""`ateom doctor`: the GPU worker's verification chain, run on the machine itself.
+
+    report = run_doctor(DoctorConfig(...))   # or config_from_env()
+    print(render_text(report)); sys.exit(0 if report.ok else 1)
+
+`gather` (the shell) looks at device nodes, driver files, the toolkit, the
+CDI spec, runsc and a dry-run injection and writes down `Facts`; `judge`
+(the core) turns facts into one PASS/WARN/FAIL/SKIP `CheckResult` per check,
+each with the fix. The daemon's ``ateom.Inspect/Doctor`` RPC calls
+`run_doctor(doctor_config_for_daemon(config))`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from ateom.doctor.checks import CHECK_NAMES, CheckResult, Report, Status, judge
+from ateom.doctor.config import DoctorConfig, config_from_env
+from ateom.doctor.report import render_json, render_text, report_to_dict
+
+if TYPE_CHECKING:
+    from ateom.daemon.config import DaemonConfig
+
+
+def run_doctor(config: DoctorConfig, environ: Mapping[str, str] = os.environ) -> Report:
+    """Gather facts about this machine (stats, ELF, runsc, nvidia-ctk) and judge them."""
+    from ateom.doctor.gather import gather
+
+    return judge(gather(config, environ))
+
+
+def doctor_config_for_daemon(config: DaemonConfig) -> DoctorConfig:
+    """The doctor settings matching a running daemon's config (pure)."""
+    base = config_from_env(config.env)
+    return DoctorConfig(
+        gpu_glob=config.gpu_glob,
+        driver_root=base.driver_root if "ATEOM_NVIDIA_DRIVER_ROOT" in config.env
+        else config.driver_root,
+        toolkit_dir=base.toolkit_dir,
+        spec_dirs=config.spec_dirs or base.spec_dirs,
+        runsc=config.runsc,
+        nvproxy_driver_version=config.nvproxy_driver_version,
+        nvproxy_capabilities=config.nvproxy_capabilities,
+    )
+
+
+__all__ = [
+    "CHECK_NAMES",
+    "CheckResult",
+    "DoctorConfig",
+    "Report",
+    "Status",
+    "config_from_env",
+    "doctor_config_for_daemon",
+    "judge",
+    "render_json",
+    "render_text",
+    "report_to_dict",
+    "run_doctor",
+]

@@ -1,0 +1,119 @@
+"""``ateom doctor`` and ``ateom health``: the operator's questions about this worker."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from dataclasses import replace
+from typing import Any
+
+from ateom.doctor.config import config_from_env
+
+_DEFAULT_SOCKET = "/run/ateom/ateom.sock"
+
+
+def register(subparsers: Any) -> None:
+    doctor = subparsers.add_parser(
+        "doctor",
+        help="check this machine can run GPU actors (PASS/WARN/FAIL per check, with the fix)",
+        description="Run the GPU worker's verification chain here: device nodes, driver "
+        "root, toolkit, CDI spec, runsc/nvproxy and a dry-run injection. Defaults come "
+        "from the daemon's ATEOM_* environment. Exit 0 when no check FAILs.",
+    )
+    doctor.add_argument("--json", action="store_true", help="print the report as JSON")
+    doctor.add_argument("--gpu-glob", help="GPU device nodes [$ATEOM_GPU_GLOB; /dev/nvidia[0-9]*]")
+    doctor.add_argument(
+        "--control-node",
+        action="append",
+        help="a control node nvproxy needs (repeatable) [nvidiactl, nvidia-uvm next to the GPUs]",
+    )
+    doctor.add_argument(
+        "--driver-root", help="driver root with lib64/ and bin/ "
+        "[$ATEOM_NVIDIA_DRIVER_ROOT; /usr/local/nvidia]"
+    )
+    doctor.add_argument(
+        "--toolkit-dir", help="NVIDIA container toolkit binaries "
+        "[$ATEOM_NVIDIA_TOOLKIT_DIR; /opt/nvidia-toolkit]"
+    )
+    doctor.add_argument(
+        "--spec-dir", action="append",
+        help="CDI spec directory (repeatable) [$ATEOM_SPEC_DIRS; /etc/cdi:/var/run/cdi]"
+    )
+    doctor.add_argument("--runsc", help="runsc binary [$ATEOM_RUNSC; runsc on PATH]")
+    doctor.add_argument(
+        "--nvproxy-driver-version", help="as given to ateom serve [$ATEOM_NVPROXY_DRIVER_VERSION]"
+    )
+    doctor.add_argument(
+        "--nvproxy-capabilities", help="as given to ateom serve [$ATEOM_NVPROXY_CAPABILITIES]"
+    )
+    doctor.add_argument(
+        "--device", action="append",
+        help="qualified CDI device to resolve and dry-run inject (repeatable) "
+        "[nvidia.com/gpu=all]",
+    )
+    doctor.add_argument(
+        "--proc-driver-version", help="kernel module version file [/proc/driver/nvidia/version]"
+    )
+    doctor.set_defaults(func=run_doctor_command)
+
+    health = subparsers.add_parser(
+        "health",
+        help="ask a running ateom's gRPC health service (for exec probes)",
+        description="grpc.health.v1 Check against ateom serve; exit 0 only when SERVING.",
+    )
+    health.add_argument(
+        "--socket", default=None,
+        help=f"unix socket, or HOST:PORT for TCP [$ATEOM_SOCKET; {_DEFAULT_SOCKET}]",
+    )
+    health.add_argument("--service", default="", help="service name to ask about [server]")
+    health.add_argument("--timeout", type=float, default=3.0, help="seconds [3]")
+    health.set_defaults(func=run_health_command)
+
+
+def run_doctor_command(args: argparse.Namespace) -> int:
+    from ateom.doctor import run_doctor
+    from ateom.doctor.report import render_json, render_text
+
+    _quiet_library_logs()
+    config = config_from_env(os.environ)
+    overrides: dict[str, Any] = {}
+    for attr in ("gpu_glob", "driver_root", "toolkit_dir", "runsc", "nvproxy_driver_version",
+                 "nvproxy_capabilities", "proc_driver_version"):
+        value = getattr(args, attr)
+        if value is not None:
+            overrides[attr] = value
+    if args.spec_dir:
+        overrides["spec_dirs"] = tuple(args.spec_dir)
+    if args.control_node:
+        overrides["control_nodes"] = tuple(args.control_node)
+    if args.device:
+        overrides["devices"] = tuple(args.device)
+    report = run_doctor(replace(config, **overrides))
+    sys.stdout.write(render_json(report) if args.json else render_text(report))
+    return 0 if report.ok else 1
+
+
+def _quiet_library_logs() -> None:
+    """Send the injector's own events to stderr, errors only: the report says it all,
+    and stdout must stay pure for --json."""
+    import logging
+
+    import structlog
+
+    if structlog.is_configured():
+        return
+    structlog.configure(
+        wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+    )
+
+
+def run_health_command(args: argparse.Namespace) -> int:
+    from ateom.doctor.health import check_health
+
+    target = args.socket or os.environ.get("ATEOM_SOCKET") or _DEFAULT_SOCKET
+    answer = check_health(target, args.service, args.timeout)
+    line = f"{answer.status}" + (f": {answer.detail}" if answer.detail else "")
+    print(line, file=sys.stdout if answer.serving else sys.stderr)
+    return 0 if answer.serving else 1

@@ -1,0 +1,92 @@
+"""Where the doctor looks: every root it inspects, so tests can point it at a fixture.
+
+Defaults are the daemon's: the same environment variables, read the same way,
+so `ateom doctor` in a worker Pod inspects exactly what `ateom serve` will use.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+DEFAULT_GPU_GLOB = "/dev/nvidia[0-9]*"
+DEFAULT_DRIVER_ROOT = "/usr/local/nvidia"
+DEFAULT_TOOLKIT_DIR = "/opt/nvidia-toolkit"
+DEFAULT_SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")
+DEFAULT_DEVICES = ("nvidia.com/gpu=all",)
+# nvproxy needs these two; nvidia-uvm-tools and nvidia-modeset are optional.
+CONTROL_NODE_NAMES = ("nvidiactl", "nvidia-uvm")
+# The libraries without which CUDA cannot start: their SONAME links are the
+# ones a workload's loader looks up first.
+CORE_LIBRARY_SONAMES = ("libcuda.so.1", "libnvidia-ml.so.1")
+
+
+@dataclass(frozen=True, slots=True)
+class DoctorConfig:
+    """The roots and settings one doctor run inspects.
+
+    control_nodes: the control device nodes nvproxy needs; default, the
+        `CONTROL_NODE_NAMES` in the GPU glob's directory.
+    devices: the qualified CDI names resolved and dry-run injected (what a
+        GPU actor gets by default: every GPU of the Pod).
+    proc_driver_version: the kernel module's version file, read for the host
+        driver version (falls back to libcuda's file name under lib64).
+    """
+
+    gpu_glob: str = DEFAULT_GPU_GLOB
+    driver_root: str = DEFAULT_DRIVER_ROOT
+    toolkit_dir: str = DEFAULT_TOOLKIT_DIR
+    spec_dirs: tuple[str, ...] = DEFAULT_SPEC_DIRS
+    runsc: str = "runsc"
+    nvproxy_driver_version: str = ""
+    nvproxy_capabilities: str = ""
+    devices: tuple[str, ...] = DEFAULT_DEVICES
+    control_nodes: tuple[str, ...] = ()
+    proc_driver_version: str = "/proc/driver/nvidia/version"
+    generate_timeout: float = 60.0
+
+    @property
+    def dev_dir(self) -> str:
+        return os.path.dirname(self.gpu_glob) or "/dev"
+
+    @property
+    def control_node_paths(self) -> tuple[str, ...]:
+        if self.control_nodes:
+            return self.control_nodes
+        return tuple(os.path.join(self.dev_dir, n) for n in CONTROL_NODE_NAMES)
+
+    @property
+    def driver_lib_dir(self) -> str:
+        return os.path.join(self.driver_root, "lib64")
+
+    @property
+    def driver_bin_dir(self) -> str:
+        return os.path.join(self.driver_root, "bin")
+
+
+def _first(environ: Mapping[str, str], *names: str) -> str:
+    for name in names:
+        if environ.get(name):
+            return environ[name]
+    return ""
+
+
+def config_from_env(environ: Mapping[str, str] = os.environ) -> DoctorConfig:
+    """The daemon's settings from its ``ATEOM_*`` variables (pure over `environ`).
+
+    The driver root is ``ATEOM_NVIDIA_DRIVER_ROOT`` (the injector's name), or
+    the daemon's ``ATEOM_DRIVER_ROOT``; spec dirs split on ``:`` like PATH.
+    """
+    raw_dirs = _first(environ, "ATEOM_SPEC_DIRS", "ATEOM_CDI_SPEC_DIRS")
+    spec_dirs = tuple(p for p in raw_dirs.split(":") if p)
+    return DoctorConfig(
+        gpu_glob=_first(environ, "ATEOM_GPU_GLOB") or DEFAULT_GPU_GLOB,
+        driver_root=_first(environ, "ATEOM_NVIDIA_DRIVER_ROOT", "ATEOM_DRIVER_ROOT")
+        or DEFAULT_DRIVER_ROOT,
+        toolkit_dir=_first(environ, "ATEOM_NVIDIA_TOOLKIT_DIR") or DEFAULT_TOOLKIT_DIR,
+        spec_dirs=spec_dirs or DEFAULT_SPEC_DIRS,
+        runsc=_first(environ, "ATEOM_RUNSC") or "runsc",
+        nvproxy_driver_version=_first(environ, "ATEOM_NVPROXY_DRIVER_VERSION"),
+        nvproxy_capabilities=_first(environ, "ATEOM_NVPROXY_CAPABILITIES"),
+    )

@@ -1,0 +1,162 @@
+"""A simulated GPU worker for doctor tests: what a healthy Pod would have, in a temp dir.
+
+    dev/nvidia0, dev/nvidia1, dev/nvidiactl, dev/nvidia-uvm  symlinks to host stand-in
+                                                             char devices (/dev/null, ...)
+    driver/lib64/libcuda.so.<v>, libnvidia-ml.so.<v>, ...   real ELF (gcc) with SONAMEs
+    driver/bin/nvidia-smi
+    toolkit/nvidia-cdi-hook (wrapper) + .real, nvidia-ctk.real
+    cdi/nvidia.json                                          simulated nvidia.com/gpu spec
+    runsc                                                    shim: the real runsc, plus
+                                                             the nvproxy flags and
+                                                             list-supported-drivers
+
+Each seeded breakage is a small function that damages one piece.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from ateom.doctor.config import DoctorConfig
+from ateom.testing import (
+    DEFAULT_DRIVER_VERSION,
+    build_fake_driver_libs,
+    compile_shared_library,
+    write_sim_gpu_spec,
+)
+
+REAL_RUNSC = shutil.which("runsc") or "/usr/bin/runsc"
+
+# Debian's runsc has no nvproxy; the shim adds what `runsc flags` lists on a
+# newer build and answers list-supported-drivers, and runs the real binary
+# for everything else (so --version and help are genuine).
+RUNSC_SHIM = """#!/bin/sh
+REAL={real}
+case "$1" in
+  flags)
+    "$REAL" flags
+    printf '  -nvproxy\\n    \\tEXPERIMENTAL: enable support for Nvidia GPUs.\\n'
+    printf '  -nvproxy-driver-version string\\n    \\tNVIDIA driver ABI version to use.\\n'
+    printf '  -nvproxy-allowed-driver-capabilities string\\n    \\tcomma separated.\\n'
+    exit 0 ;;
+  nvproxy)
+    if [ "$2" = list-supported-drivers ]; then
+      printf '535.104.05\\n550.54.15\\n{version}\\n'
+      exit 0
+    fi ;;
+esac
+exec "$REAL" "$@"
+"""
+
+
+def _executable(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return path
+
+
+@dataclass(frozen=True)
+class GpuWorker:
+    root: Path
+
+    @property
+    def dev(self) -> Path:
+        return self.root / "dev"
+
+    @property
+    def lib64(self) -> Path:
+        return self.root / "driver" / "lib64"
+
+    @property
+    def toolkit(self) -> Path:
+        return self.root / "toolkit"
+
+    @property
+    def spec_path(self) -> Path:
+        return self.root / "cdi" / "nvidia.json"
+
+    @property
+    def runsc(self) -> Path:
+        return self.root / "runsc"
+
+    def config(self, **changes: object) -> DoctorConfig:
+        base = DoctorConfig(
+            gpu_glob=str(self.dev / "nvidia[0-9]*"),
+            driver_root=str(self.root / "driver"),
+            toolkit_dir=str(self.toolkit),
+            spec_dirs=(str(self.root / "cdi"),),
+            runsc=str(self.runsc),
+            proc_driver_version=str(self.root / "proc-driver-nvidia-version"),
+        )
+        from dataclasses import replace
+
+        return replace(base, **changes)  # type: ignore[arg-type]
+
+    def env(self) -> dict[str, str]:
+        """The daemon's environment for this worker (for the CLI)."""
+        return {
+            "PATH": os.environ.get("PATH", os.defpath),
+            "ATEOM_GPU_GLOB": str(self.dev / "nvidia[0-9]*"),
+            "ATEOM_NVIDIA_DRIVER_ROOT": str(self.root / "driver"),
+            "ATEOM_NVIDIA_TOOLKIT_DIR": str(self.toolkit),
+            "ATEOM_SPEC_DIRS": str(self.root / "cdi"),
+            "ATEOM_RUNSC": str(self.runsc),
+        }
+
+    # -- seeded breakages ---------------------------------------------------
+
+    def remove_control_node(self, name: str = "nvidia-uvm") -> None:
+        (self.dev / name).unlink()
+
+    def make_spec_stale(self) -> None:
+        """GPU 1's node in the spec now names a node this host does not have."""
+        spec = json.loads(self.spec_path.read_text())
+        for device in spec["devices"]:
+            for node in device["containerEdits"].get("deviceNodes", []):
+                if node["path"] == "/dev/nvidia1":
+                    node["path"] = "/dev/nvidia7"
+                    node["hostPath"] = str(self.dev / "nvidia7")
+        self.spec_path.write_text(json.dumps(spec))
+
+    def strip_libcuda_soname(self) -> None:
+        """Replace libcuda with a build that has no DT_SONAME."""
+        lib = self.lib64 / f"libcuda.so.{DEFAULT_DRIVER_VERSION}"
+        compile_shared_library(lib, None, "int cuInit(unsigned f) { (void)f; return 0; }\n")
+
+    def remove_toolkit(self) -> None:
+        shutil.rmtree(self.toolkit)
+
+
+def build_gpu_worker(root: Path, *, gpus: int = 2) -> GpuWorker:
+    """Build a healthy simulated GPU worker under `root` (runs gcc)."""
+    w = GpuWorker(root)
+    w.dev.mkdir(parents=True)
+    stand_ins = ["/dev/null", "/dev/zero", "/dev/full", "/dev/random"]
+    for i in range(gpus):
+        os.symlink(stand_ins[i % len(stand_ins)], w.dev / f"nvidia{i}")
+    os.symlink("/dev/urandom", w.dev / "nvidiactl")
+    os.symlink("/dev/zero", w.dev / "nvidia-uvm")
+
+    libs = build_fake_driver_libs(
+        w.lib64, extra=[(f"libnvidia-ptxjitcompiler.so.{DEFAULT_DRIVER_VERSION}",
+                         "libnvidia-ptxjitcompiler.so.1")]
+    )
+    _executable(w.root / "driver" / "bin" / "nvidia-smi", "#!/bin/sh\necho fake nvidia-smi\n")
+
+    # The toolkit as the GPU operator installs it: wrappers and their .real binaries.
+    true_bin = shutil.which("true") or "/bin/true"
+    for name in ("nvidia-cdi-hook", "nvidia-ctk"):
+        _executable(w.toolkit / name, '#!/bin/sh\nexec "$0.real" "$@"\n')
+        shutil.copy(true_bin, w.toolkit / f"{name}.real")
+
+    write_sim_gpu_spec(
+        w.root / "cdi", libs, gpus=gpus, hook_path=str(w.toolkit / "nvidia-cdi-hook")
+    )
+    _executable(w.runsc, RUNSC_SHIM.format(real=REAL_RUNSC, version=DEFAULT_DRIVER_VERSION))
+    return w

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import struct
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, Literal
@@ -66,17 +68,17 @@ def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[
             continue
         if not isinstance(key_node, yaml.ScalarNode):
             raise yaml.constructor.ConstructorError(
-                "while constructing a mapping",
-                node.start_mark,
-                "found a non-scalar key (CDI specs only have string keys)",
+                None,
+                None,
+                "non-scalar mapping key (CDI specs only have string keys)",
                 key_node.start_mark,
             )
         key = _key_text(loader.construct_object(key_node))
         if key in seen:
             raise yaml.constructor.ConstructorError(
-                "while constructing a mapping",
-                node.start_mark,
-                f"found duplicate key {key!r} (first defined at line "
+                None,
+                None,
+                f"duplicate key {key!r} (first defined at line "
                 f"{seen[key].start_mark.line + 1})",
                 key_node.start_mark,
             )
@@ -98,12 +100,45 @@ def _key_text(key: object) -> str:
     return scalar_text(key)  # type: ignore[arg-type]
 
 
-_SpecYamlLoader.add_constructor("tag:yaml.org,2002:map", _construct_mapping)
-# Timestamps stay strings: a date-like env value or annotation is still text.
-_SpecYamlLoader.yaml_implicit_resolvers = {
-    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
-    for first, resolvers in _YAML_BASE.yaml_implicit_resolvers.items()
+# YAML 1.1's int and float forms without base-60 ("sexagesimal") numbers:
+# PyYAML reads an unquoted MIG device name `1:0` as the integer 60, while the
+# Go YAML library the CDI reference uses reads it as the string "1:0".
+_INT_NO_SEXAGESIMAL = re.compile(
+    r"""^(?:[-+]?0b[0-1_]+
+    |[-+]?0[0-7_]+
+    |[-+]?(?:0|[1-9][0-9_]*)
+    |[-+]?0x[0-9a-fA-F_]+)$""",
+    re.X,
+)
+_FLOAT_NO_SEXAGESIMAL = re.compile(
+    r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?
+    |\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?
+    |[-+]?\.(?:inf|Inf|INF)
+    |\.(?:nan|NaN|NAN))$""",
+    re.X,
+)
+_RESOLVER_OVERRIDES: dict[str, re.Pattern[str] | None] = {
+    "tag:yaml.org,2002:int": _INT_NO_SEXAGESIMAL,
+    "tag:yaml.org,2002:float": _FLOAT_NO_SEXAGESIMAL,
+    # Timestamps stay strings: a date-like env value or annotation is text.
+    "tag:yaml.org,2002:timestamp": None,
 }
+
+
+def _spec_resolvers() -> dict[Any, list[tuple[str, re.Pattern[str]]]]:
+    resolvers: dict[Any, list[tuple[str, re.Pattern[str]]]] = {}
+    for first, entries in _YAML_BASE.yaml_implicit_resolvers.items():
+        kept = []
+        for tag, rx in entries:
+            replacement = _RESOLVER_OVERRIDES.get(tag, rx)
+            if replacement is not None:
+                kept.append((tag, replacement))
+        resolvers[first] = kept
+    return resolvers
+
+
+_SpecYamlLoader.add_constructor("tag:yaml.org,2002:map", _construct_mapping)
+_SpecYamlLoader.yaml_implicit_resolvers = _spec_resolvers()
 
 
 def _json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -208,22 +243,61 @@ def _check_walkable(doc: Any, path: str) -> None:
 
 
 def scalar_text(value: str | int | float | bool) -> str:
-    """A scalar as the CDI reference reads it into a string field."""
+    """A scalar as the CDI reference reads it into a string field.
+
+    The reference decodes YAML (and JSON, as YAML) with sigs.k8s.io/yaml,
+    which, for a string target, formats ints in decimal, bools as
+    "true"/"false", and floats with Go's FormatFloat(f, 'g', -1, 32).
+    """
     if isinstance(value, str):
         return value
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):
-        return str(value)
-    # Go's strconv.FormatFloat(f, 'g', -1, 64): shortest round-trip form,
-    # integral values without ".0".
+        if -(2**63) <= value < 2**64:
+            return str(value)
+        value = float(value)  # beyond int64/uint64 the Go decoder has a float64
+    return go_float32_text(value)
+
+
+_FLOAT32 = struct.Struct("<f")
+
+
+def _as_float32(value: float) -> float:
+    return float(_FLOAT32.unpack(_FLOAT32.pack(value))[0])
+
+
+def go_float32_text(value: float) -> str:
+    """Go's ``strconv.FormatFloat(value, 'g', -1, 32)``: the shortest text
+    that reads back as the same float32, in %e form for exponents < -4 or
+    >= 6."""
     if math.isnan(value):
         return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    if value.is_integer() and abs(value) < 1e21:
-        return str(int(value))
-    return repr(value)
+    try:
+        f32 = _as_float32(value)
+    except OverflowError:
+        f32 = math.inf if value > 0 else -math.inf
+    if math.isinf(f32):
+        return "+Inf" if f32 > 0 else "-Inf"
+    sign = "-" if math.copysign(1.0, f32) < 0 else ""
+    if f32 == 0:
+        return sign + "0"
+    for precision in range(1, 10):
+        text = f"{abs(f32):.{precision - 1}e}"
+        if _as_float32(float(text)) == abs(f32):
+            break
+    mantissa, _, exponent = text.partition("e")
+    digits = mantissa.replace(".", "").rstrip("0") or "0"
+    exp = int(exponent)
+    if exp < -4 or exp >= 6:
+        frac = "." + digits[1:] if len(digits) > 1 else ""
+        return f"{sign}{digits[0]}{frac}e{'-' if exp < 0 else '+'}{abs(exp):02d}"
+    point = exp + 1  # digits before the decimal point
+    if point <= 0:
+        return f"{sign}0.{'0' * -point}{digits}"
+    if point >= len(digits):
+        return sign + digits + "0" * (point - len(digits))
+    return f"{sign}{digits[:point]}.{digits[point:]}"
 
 
 def _opt_text(value: Any) -> str | None:

@@ -1,0 +1,56 @@
+"""Injecting CDI devices into OCI bundles: where a GPU gets into a sandbox.
+
+- `options`: `InjectOptions`, every vendor choice; `gvisor_nvidia_options()`.
+- `merge`: the pure merge of CDI edits into an OCI config.
+- `soname`: DT_SONAME reads (pyelftools), their cache, the links they need.
+- `rootfs`: filesystem access confined to a rootfs (openat2 RESOLVE_IN_ROOT).
+- `injector`: `plan_injection` / `apply_plan` / `inject_devices`, the shell.
+- `cli`: ``ateom inject``.
+"""
+
+from ateom.inject.injector import (
+    InjectionPlan,
+    apply_plan,
+    inject_devices,
+    plan_injection,
+    serialize_config,
+)
+from ateom.inject.merge import (
+    ANNOTATION_KEY,
+    DroppedHook,
+    HostFacts,
+    HostNode,
+    MergeResult,
+    merge_edits,
+)
+from ateom.inject.options import InjectOptions, gvisor_nvidia_options
+from ateom.inject.soname import (
+    DEFAULT_SONAME_CACHE,
+    SkippedLibrary,
+    SonameCache,
+    SonameLink,
+    SonameRead,
+    read_soname,
+)
+
+__all__ = [
+    "ANNOTATION_KEY",
+    "DEFAULT_SONAME_CACHE",
+    "DroppedHook",
+    "HostFacts",
+    "HostNode",
+    "InjectOptions",
+    "InjectionPlan",
+    "MergeResult",
+    "SkippedLibrary",
+    "SonameCache",
+    "SonameLink",
+    "SonameRead",
+    "apply_plan",
+    "gvisor_nvidia_options",
+    "inject_devices",
+    "merge_edits",
+    "plan_injection",
+    "read_soname",
+    "serialize_config",
+]

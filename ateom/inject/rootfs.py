@@ -201,6 +201,12 @@ class ConfinedRoot:
             return False
         if current.kind == "dir":
             raise InjectionError(f"cannot place symlink {name} -> {target}: a directory is there")
+        if current.kind == "missing":
+            try:
+                os.symlink(target, name, dir_fd=dir_fd)
+                return True
+            except FileExistsError:
+                pass  # appeared since we looked: replace it below
         tmp = f".{name}.ateom-{uuid.uuid4().hex[:8]}"
         os.symlink(target, tmp, dir_fd=dir_fd)
         try:

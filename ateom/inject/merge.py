@@ -196,9 +196,22 @@ def _env_key(entry: str) -> str:
 def merge_env(
     env: Sequence[str], edits: Sequence[str]
 ) -> list[str]:
-    """Apply CDI env: same key replaced in place, new keys appended in order."""
-    out = list(env)
-    index = {_env_key(e): i for i, e in enumerate(out)}
+    """Apply CDI env: same key replaced in place, new keys appended in order.
+
+    An image env that repeats a key the edits set keeps one entry for it (at
+    the first's place): leaving the others would let them win or lose
+    depending on the reader, and a second run would see a different env.
+    """
+    keys = {_env_key(e) for e in edits}
+    out: list[str] = []
+    index: dict[str, int] = {}
+    for entry in env:
+        key = _env_key(entry)
+        if key in keys:
+            if key in index:
+                continue
+            index[key] = len(out)
+        out.append(entry)
     for entry in edits:
         key = _env_key(entry)
         if key in index:

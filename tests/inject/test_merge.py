@@ -333,3 +333,9 @@ def test_merge_is_idempotent(edits: list[ContainerEdits], env: list[str], uid: i
     assert depths == sorted(depths)
     paths = [d["path"] for d in once.get("linux", {}).get("devices", [])]
     assert len(paths) == len(set(paths))
+
+
+def test_env_key_repeated_by_image_is_kept_once() -> None:
+    config = base_config(env=["LD_LIBRARY_PATH=1", "X=1", "LD_LIBRARY_PATH=2"])
+    env = merge(config, ContainerEdits(env=("LD_LIBRARY_PATH=/l",)))["process"]["env"]
+    assert env == ["LD_LIBRARY_PATH=/usr/local/nvidia/lib64:/l", "X=1"]

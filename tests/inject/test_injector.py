@@ -1,0 +1,304 @@
+"""plan_injection / apply_plan / inject_devices on real bundles and real ELF libraries."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from structlog.testing import capture_logs
+
+from ateom.cdi.model import (
+    ContainerEdits,
+    DeviceNode,
+    EditStep,
+    Hook,
+    Mount,
+    Resolution,
+)
+from ateom.errors import InjectionError
+from ateom.inject import (
+    ANNOTATION_KEY,
+    InjectOptions,
+    SonameCache,
+    apply_plan,
+    gvisor_nvidia_options,
+    inject_devices,
+    plan_injection,
+)
+from ateom.testing import FakeLibrary, build_busybox_bundle, read_config
+
+from ._support import tree_snapshot
+
+OPTS = InjectOptions(
+    allowed_hooks=frozenset({"create-symlinks", "enable-cuda-compat"}),
+    hook_binary="/opt/nvidia-toolkit/nvidia-cdi-hook.real",
+    library_dirs=("/usr/local/nvidia/lib64",),
+    drop_env=("NVIDIA_VISIBLE_DEVICES",),
+)
+LIB_DIR = "/usr/local/nvidia/lib64"
+
+
+def gpu_resolution(libs: list[FakeLibrary], *, extra_mounts: tuple[Mount, ...] = (),
+                   nodes: tuple[DeviceNode, ...] | None = None) -> Resolution:
+    """What the registry resolves for the simulated spec's nvidia.com/gpu=0."""
+    hook = "/usr/bin/nvidia-cdi-hook"
+    spec_level = ContainerEdits(
+        env=(f"NVIDIA_CTK_LIBCUDA_DIR={LIB_DIR}", "NVIDIA_VISIBLE_DEVICES=void"),
+        device_nodes=(DeviceNode("/dev/nvidiactl", host_path="/dev/zero"),),
+        mounts=tuple(Mount(str(lib.path), f"{LIB_DIR}/{lib.name}", options=("ro", "nosuid"))
+                     for lib in libs) + extra_mounts,
+        hooks=(Hook("createContainer", hook, ("nvidia-cdi-hook", "create-symlinks", "--link",
+                                              f"libcuda.so.1::{LIB_DIR}/libcuda.so")),
+               Hook("createContainer", hook, ("nvidia-cdi-hook", "update-ldcache"))),
+    )
+    device = ContainerEdits(device_nodes=nodes if nodes is not None else (
+        DeviceNode("/dev/nvidia0", host_path="/dev/null"),))
+    return Resolution(("nvidia.com/gpu=0",), (
+        EditStep("nvidia.com/gpu (spec-level)", "/etc/cdi/nvidia.json", spec_level),
+        EditStep("nvidia.com/gpu=0", "/etc/cdi/nvidia.json", device)))
+
+
+@pytest.fixture
+def bundle(tmp_path: Path) -> Path:
+    b = build_busybox_bundle(tmp_path / "bundle", ["sh"],
+                             env=["NVIDIA_VISIBLE_DEVICES=all", "LD_LIBRARY_PATH=/opt/lib"])
+    # A leaner rootfs than busybox's 270 applets keeps snapshots cheap.
+    return b
+
+
+def bundle_state(bundle: Path) -> tuple[bytes, dict[str, Any]]:
+    return (bundle / "config.json").read_bytes(), tree_snapshot(bundle)
+
+
+def test_inject_applies_edits_and_stages_soname_links(bundle: Path,
+                                                      fake_driver: list[FakeLibrary]) -> None:
+    plan = inject_devices(bundle, gpu_resolution(fake_driver), OPTS, soname_cache=SonameCache())
+    assert plan.changed
+    config = read_config(bundle)
+    env = config["process"]["env"]
+    assert f"LD_LIBRARY_PATH={LIB_DIR}:/opt/lib" in env
+    assert not any(e.startswith("NVIDIA_VISIBLE_DEVICES=") for e in env)
+    assert f"NVIDIA_CTK_LIBCUDA_DIR={LIB_DIR}" in env
+    devices = {d["path"]: d for d in config["linux"]["devices"]}
+    null = os.stat("/dev/null")
+    assert devices["/dev/nvidia0"]["major"] == os.major(null.st_rdev)
+    assert devices["/dev/nvidia0"]["minor"] == os.minor(null.st_rdev)
+    assert [h["args"][1] for h in config["hooks"]["createContainer"]] == ["create-symlinks"]
+    assert config["annotations"][ANNOTATION_KEY] == "nvidia.com/gpu=0"
+    lib64 = bundle / "rootfs" / LIB_DIR.lstrip("/")
+    assert os.readlink(lib64 / "libcuda.so.1") == "libcuda.so.580.65.06"
+    assert os.readlink(lib64 / "libnvidia-ml.so.1") == "libnvidia-ml.so.580.65.06"
+    assert os.readlink(lib64 / "libnvidia-egl-gbm.so.1") == "libnvidia-egl-gbm.so.1.1.2"
+    # No SONAME: no link. Nothing else staged.
+    assert sorted(os.listdir(lib64)) == ["libcuda.so.1", "libnvidia-egl-gbm.so.1",
+                                         "libnvidia-ml.so.1"]
+    assert {lk.name for lk in plan.symlinks} == set(os.listdir(lib64))
+
+
+def test_second_injection_is_byte_identical_and_changes_nothing(
+        bundle: Path, fake_driver: list[FakeLibrary]) -> None:
+    res = gpu_resolution(fake_driver)
+    inject_devices(bundle, res, OPTS)
+    first = bundle_state(bundle)
+    inode = os.lstat(bundle / "config.json").st_ino
+    plan = inject_devices(bundle, res, OPTS)
+    assert not plan.changed and plan.symlinks == () and plan.diff() == ""
+    assert bundle_state(bundle) == first
+    assert os.lstat(bundle / "config.json").st_ino == inode  # not even rewritten
+
+
+def test_dry_run_writes_nothing_and_diffs(bundle: Path, fake_driver: list[FakeLibrary]) -> None:
+    before = bundle_state(bundle)
+    plan = inject_devices(bundle, gpu_resolution(fake_driver), OPTS, dry_run=True)
+    assert bundle_state(bundle) == before
+    diff = plan.diff()
+    assert diff.startswith("--- a/config.json\n+++ b/config.json\n")
+    assert '-            "NVIDIA_VISIBLE_DEVICES=all",' in diff
+    assert f"+symlink rootfs{LIB_DIR}/libcuda.so.1 -> libcuda.so.580.65.06\n" in diff
+    assert f'+        "{ANNOTATION_KEY}": "nvidia.com/gpu=0"' in diff
+
+
+def test_correct_links_are_left_alone(bundle: Path, fake_driver: list[FakeLibrary]) -> None:
+    lib64 = bundle / "rootfs" / LIB_DIR.lstrip("/")
+    lib64.mkdir(parents=True)
+    (lib64 / "libcuda.so.1").symlink_to("libcuda.so.580.65.06")
+    inode = os.lstat(lib64 / "libcuda.so.1").st_ino
+    plan = inject_devices(bundle, gpu_resolution(fake_driver), OPTS)
+    assert "libcuda.so.1" not in {lk.name for lk in plan.symlinks}
+    assert os.lstat(lib64 / "libcuda.so.1").st_ino == inode
+
+
+def test_atomic_write_keeps_mode_leaves_no_temp(bundle: Path,
+                                                fake_driver: list[FakeLibrary]) -> None:
+    os.chmod(bundle / "config.json", 0o600)
+    inject_devices(bundle, gpu_resolution(fake_driver), OPTS)
+    assert stat.S_IMODE(os.stat(bundle / "config.json").st_mode) == 0o600
+    assert sorted(os.listdir(bundle)) == ["config.json", "rootfs"]
+
+
+def test_apply_refuses_config_changed_since_plan(bundle: Path,
+                                                 fake_driver: list[FakeLibrary]) -> None:
+    plan = plan_injection(bundle, gpu_resolution(fake_driver), OPTS)
+    (bundle / "config.json").write_text(json.dumps({"changed": True}))
+    with pytest.raises(InjectionError, match="changed since the injection was planned"):
+        apply_plan(plan)
+    assert json.loads((bundle / "config.json").read_text()) == {"changed": True}
+
+
+def _break(bundle: Path, how: str) -> None:
+    if how == "missing config":
+        (bundle / "config.json").unlink()
+    elif how == "bad json":
+        (bundle / "config.json").write_text('{"process": ')
+    elif how == "not an object":
+        (bundle / "config.json").write_text("[1, 2]")
+    elif how == "missing rootfs":
+        config = read_config(bundle)
+        config["root"]["path"] = "no-such-rootfs"
+        (bundle / "config.json").write_text(json.dumps(config))
+
+
+@pytest.mark.parametrize("how,message", [
+    ("missing config", "cannot read OCI config"),
+    ("bad json", "not valid JSON"),
+    ("not an object", "not an object"),
+    ("missing rootfs", "root.path: rootfs"),
+    ("missing host node", "host node /dev/ateom-no-such-gpu does not exist"),
+    ("dotdot mount", "climbs out of the rootfs"),
+])
+def test_errors_leave_the_bundle_untouched(bundle: Path, fake_driver: list[FakeLibrary],
+                                           how: str, message: str) -> None:
+    _break(bundle, how)
+    res = gpu_resolution(fake_driver)
+    if how == "missing host node":
+        res = gpu_resolution(fake_driver, nodes=(
+            DeviceNode("/dev/nvidia0", host_path="/dev/null"),
+            DeviceNode("/dev/nvidia1", host_path="/dev/ateom-no-such-gpu")))
+    if how == "dotdot mount":
+        res = gpu_resolution(fake_driver, extra_mounts=(
+            Mount(str(fake_driver[0].path), "/usr/lib/../../../libcuda.so.1"),))
+    before = tree_snapshot(bundle)
+    config_before = (bundle / "config.json").read_bytes() if how != "missing config" else b""
+    with pytest.raises(InjectionError, match=message) as err:
+        inject_devices(bundle, res, OPTS)
+    assert str(bundle) in str(err.value) or "/etc/cdi/nvidia.json" in str(err.value)
+    assert tree_snapshot(bundle) == before
+    if how != "missing config":
+        assert (bundle / "config.json").read_bytes() == config_before
+
+
+def test_odd_libraries_are_skipped_and_logged(bundle: Path, fake_driver: list[FakeLibrary],
+                                              tmp_path: Path) -> None:
+    not_elf = tmp_path / "libnvidia-broken.so.1.0"
+    not_elf.write_text("not an ELF file")
+    extra = (Mount(str(not_elf), f"{LIB_DIR}/libnvidia-broken.so.1.0"),)
+    with capture_logs() as logs:
+        plan = inject_devices(bundle, gpu_resolution(fake_driver, extra_mounts=extra), OPTS,
+                              soname_cache=SonameCache())
+    skipped = [e for e in logs if e["event"] == "soname_link_skipped"]
+    assert [e["library"] for e in skipped] == [str(not_elf)]
+    assert [s.library for s in plan.skipped_libraries] == [str(not_elf)]
+    dropped = [e for e in logs if e["event"] == "hook_dropped"]
+    assert len(dropped) == 1 and "update-ldcache" in dropped[0]["reason"]
+    assert (bundle / "rootfs" / LIB_DIR.lstrip("/") / "libcuda.so.1").is_symlink()
+
+
+@pytest.mark.parametrize("hostile", ["usr", "usr/local", "usr/local/nvidia"])
+def test_injection_into_hostile_rootfs_writes_nothing_outside(
+        tmp_path: Path, fake_driver: list[FakeLibrary], hostile: str) -> None:
+    bundle = build_busybox_bundle(tmp_path / "bundle", ["sh"])
+    outside = tmp_path / "outside"
+    (outside / "local" / "nvidia" / "lib64").mkdir(parents=True)
+    (bundle / "rootfs" / hostile).parent.mkdir(parents=True, exist_ok=True)
+    (bundle / "rootfs" / hostile).symlink_to(outside)
+    before = tree_snapshot(outside)
+    inject_devices(bundle, gpu_resolution(fake_driver), OPTS)
+    assert tree_snapshot(outside) == before
+    assert sorted(os.listdir(tmp_path)) == ["bundle", "outside"]
+
+
+def test_gvisor_nvidia_options_profile(tmp_path: Path) -> None:
+    env = {"ATEOM_NVIDIA_TOOLKIT_DIR": str(tmp_path), "ATEOM_NVIDIA_DRIVER_ROOT": "/drv"}
+    opts = gvisor_nvidia_options(env)
+    assert opts.hook_binary == f"{tmp_path}/nvidia-cdi-hook"
+    (tmp_path / "nvidia-cdi-hook.real").write_text("")
+    opts = gvisor_nvidia_options(env)
+    assert opts.hook_binary == f"{tmp_path}/nvidia-cdi-hook.real"
+    assert opts.allowed_hooks == {"create-symlinks", "enable-cuda-compat"}
+    assert opts.library_dirs == ("/drv/lib64",)
+    assert opts.drop_env == ("NVIDIA_VISIBLE_DEVICES",)
+    defaults = gvisor_nvidia_options({})
+    assert defaults.library_dirs == ("/usr/local/nvidia/lib64",)
+    assert defaults.hook_binary is not None
+    assert defaults.hook_binary.startswith("/opt/nvidia-toolkit/nvidia-cdi-hook")
+
+
+# -- property: inject∘inject == inject, and every write stays in the rootfs ----
+
+_dirs = st.sampled_from(["/usr/lib", "/usr/local/nvidia/lib64", "/lib/x86_64-linux-gnu",
+                         "/opt/gpu"])
+_hostile = st.lists(st.sampled_from([
+    ("usr", "OUTSIDE"), ("usr/lib", "/"), ("usr/local", "../../.."),
+    ("opt", "OUTSIDE/sub"), ("lib", "usr/lib"), ("usr/local/nvidia", "/opt"),
+]), max_size=2, unique_by=lambda t: t[0].split("/")[0])
+
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(mounts=st.lists(st.tuples(st.integers(0, 4), _dirs), min_size=1, max_size=5),
+       hostile=_hostile, env=st.lists(st.sampled_from(["A=1", "NVIDIA_VISIBLE_DEVICES=all",
+                                                       "LD_LIBRARY_PATH=/x:/y"]), max_size=3),
+       nodes=st.lists(st.sampled_from(["/dev/null", "/dev/zero", "/dev/full"]), max_size=3))
+def test_inject_twice_is_inject_once_and_stays_in_rootfs(
+        tmp_path_factory: pytest.TempPathFactory, fake_driver: list[FakeLibrary],
+        odd_libs: list[Path], mounts: list[tuple[int, str]], hostile: list[tuple[str, str]],
+        env: list[str], nodes: list[str]) -> None:
+    work = tmp_path_factory.mktemp("prop")
+    outside = work / "outside"
+    (outside / "sub").mkdir(parents=True)
+    (outside / "keep").write_text("x")
+    bundle = work / "bundle"
+    (bundle / "rootfs").mkdir(parents=True)
+    (bundle / "config.json").write_text(json.dumps({
+        "ociVersion": "1.0.0", "root": {"path": "rootfs"},
+        "process": {"args": ["sh"], "env": env}, "mounts": []}))
+    for link, target in hostile:
+        path = bundle / "rootfs" / link
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if not os.path.lexists(path):
+            path.symlink_to(target.replace("OUTSIDE", str(outside)))
+    sources = [lib.path for lib in fake_driver[:3]] + odd_libs
+    edits = ContainerEdits(
+        env=("NVIDIA_VISIBLE_DEVICES=void",),
+        device_nodes=tuple(DeviceNode(f"/dev/gpu{i}", host_path=n) for i, n in enumerate(nodes)),
+        mounts=tuple(Mount(str(sources[i]), f"{d}/{sources[i].name}") for i, d in mounts))
+    res = Resolution(("v.com/gpu=0",), (EditStep("v.com/gpu=0", "/s.json", edits),))
+    outside_before = tree_snapshot(outside)
+    siblings = sorted(os.listdir(work))
+
+    inject_devices(bundle, res, OPTS)
+    once = bundle_state(bundle)
+    plan = inject_devices(bundle, res, OPTS)
+    assert not plan.changed
+    assert bundle_state(bundle) == once
+    assert tree_snapshot(outside) == outside_before
+    assert sorted(os.listdir(work)) == siblings
+    assert sorted(os.listdir(bundle)) == ["config.json", "rootfs"]
+
+
+@pytest.fixture(scope="module")
+def odd_libs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """Libraries that must be skipped: hostile SONAMEs and a non-ELF file."""
+    from ateom.testing import compile_shared_library
+    d = tmp_path_factory.mktemp("odd")
+    src = "int g(void) { return 0; }\n"
+    return [
+        compile_shared_library(d / "libescape.so.2.0", "../../../../escaped.so.1", src),
+        (lambda p: (p.write_text("junk"), p)[1])(d / "libjunk.so.3.0"),
+    ]

@@ -74,7 +74,9 @@ RUN apt-get update \
     && chmod 0700 /run/ateom
 COPY --from=build /opt/ateom /opt/ateom
 COPY --from=runsc /out/runsc /usr/local/bin/runsc
-ENV PATH=/opt/ateom/bin:$PATH \
+# The toolkit dir is on PATH (last) so the daemon finds nvidia-ctk there when it must
+# generate a CDI spec; the driver root's bin/ is searched first by ateom itself.
+ENV PATH=/opt/ateom/bin:$PATH:/opt/nvidia-toolkit \
     PYTHONDONTWRITEBYTECODE=1 \
     ATEOM_RUNSC=/usr/local/bin/runsc \
     ATEOM_SOCKET=/run/ateom/ateom.sock \

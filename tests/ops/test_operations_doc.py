@@ -1,0 +1,82 @@
+"""docs/operations.md stays true to the code: every setting, check and metric is in it."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ateom.doctor import CHECK_NAMES
+from ateom.metrics import Metrics
+
+REPO = Path(__file__).resolve().parents[2]
+DOC = (REPO / "docs" / "operations.md").read_text()
+
+
+def table_rows(heading: str) -> list[str]:
+    """The markdown table rows under `heading` (## or ###)."""
+    start = DOC.index(heading)
+    rows = []
+    for line in DOC[start:].splitlines()[1:]:
+        if line.startswith("#"):
+            break
+        if line.startswith("|") and not line.startswith("|---"):
+            rows.append(line)
+    return rows
+
+
+def test_every_serve_flag_and_env_twin_is_documented_with_its_default() -> None:
+    from ateom.daemon.config import _FLAGS
+
+    rows = table_rows("### `ateom serve`")
+    for flag, env, _kind, default, _help in _FLAGS:
+        row = next((r for r in rows if r.startswith(f"| `{flag}` |")), None)
+        assert row is not None, f"{flag} missing from the serve table"
+        assert f"`{env}`" in row, f"{flag}: env twin {env} not in its row"
+        if isinstance(default, (int, float)) and not isinstance(default, bool):
+            assert re.search(rf"`{default:g}`", row), f"{flag}: default {default} not in {row}"
+        elif isinstance(default, str) and default:
+            assert default in row, f"{flag}: default {default!r} not in {row}"
+
+
+def test_every_doctor_check_is_in_the_check_table_and_troubleshooting() -> None:
+    checks = table_rows("## What `ateom doctor` checks")
+    trouble = "\n".join(table_rows("## Troubleshooting"))
+    for name in CHECK_NAMES:
+        assert any(r.startswith(f"| `{name}` |") for r in checks), name
+        assert f"`{name}`" in trouble, f"no symptom leads to {name}"
+
+
+def test_every_metric_is_documented() -> None:
+    text = Metrics().scrape().decode()
+    names = {m.group(1) for m in re.finditer(r"^# TYPE (\S+) ", text, re.MULTILINE)}
+    names.add("ateom_injection_soname_cache_lookups")
+    rows = "\n".join(table_rows("## Metrics"))
+    for name in names:
+        suffix = "_total" if name in ("ateom_rpc_requests",
+                                      "ateom_injection_soname_cache_lookups") else ""
+        assert f"`{name}{suffix}`" in rows, name
+
+
+def test_dockerfile_build_args_are_documented_with_their_defaults() -> None:
+    dockerfile = (REPO / "Dockerfile").read_text()
+    rows = table_rows("## The image")
+    for m in re.finditer(r"^ARG (\w+)=(.*)$", dockerfile, re.MULTILINE):
+        name, default = m.group(1), m.group(2).strip('"')
+        row = next((r for r in rows if r.startswith(f"| `{name}` |")), None)
+        assert row is not None, name
+        assert (default or "empty") in row, f"{name}: default {default!r} not in {row}"
+
+
+@pytest.mark.parametrize("source", ["Dockerfile", "deploy/gpu-worker-pod.yaml"])
+def test_every_ateom_variable_the_deployment_sets_is_documented(source: str) -> None:
+    text = (REPO / source).read_text()
+    if source.endswith(".yaml"):
+        pod = yaml.safe_load(text)
+        names = {e["name"] for c in pod["spec"]["containers"] for e in c.get("env", [])}
+    else:
+        names = set(re.findall(r"\b(ATEOM_[A-Z_]+)=", text))
+    for name in sorted(n for n in names if n.startswith("ATEOM_")):
+        assert f"`{name}`" in DOC, f"{source} sets {name}, which the docs do not explain"

@@ -1,0 +1,223 @@
+"""`ateom cdi validate|devices|resolve`, through the real command-line entry point."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ateom.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+VALID = REPO / "cdi_specs" / "valid"
+INVALID = REPO / "cdi_specs" / "invalid"
+
+GOOD = (
+    '{"cdiVersion": "0.5.0", "kind": "v.com/gpu", '
+    '"devices": [{"name": "0", "containerEdits": {"env": ["A=1"]}}]}'
+)
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_validate_valid_directory(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "cdi", "validate", str(VALID))
+    assert code == 0, err
+    assert err == ""
+    assert f"{VALID / 'nvidia.yaml'}: valid (kind nvidia.com/gpu" in out
+
+
+def test_validate_invalid_directory_prints_one_line_per_problem(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, err = run(capsys, "cdi", "validate", str(INVALID))
+    assert code == 1
+    assert out == ""
+    lines = err.splitlines()
+    specs = sorted(p for p in INVALID.iterdir() if not p.name.endswith(".expected"))
+    for spec in specs:
+        expected = Path(str(spec) + ".expected").read_text().strip()
+        assert any(line.startswith(f"{spec}: ") and expected in line for line in lines), spec
+    assert all(line.startswith(str(INVALID)) for line in lines)
+
+
+def test_validate_whole_tree_fails_on_invalid_and_passes_valid(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, err = run(capsys, "cdi", "validate", str(REPO / "cdi_specs"))
+    assert code == 1
+    assert "nvidia.yaml: valid" in out
+    assert "unknown-field.json: devices[2].containerEdits.deviceNodes[0].majr: unknown field" in err
+
+
+def test_validate_reports_every_problem_of_a_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        "cdiVersion: 0.5.0\nkind: v.com/gpu\ndevices:\n"
+        "  - name: a\n    containerEdits: {env: [X]}\n"
+        "  - name: b\n    containerEdits: {env: [Y]}\n"
+    )
+    code, _, err = run(capsys, "cdi", "validate", str(bad))
+    assert code == 1
+    assert err.splitlines() == [
+        f"{bad}: devices[0].containerEdits.env[0]: env entry 'X' must be KEY=VALUE "
+        "with a non-empty KEY",
+        f"{bad}: devices[1].containerEdits.env[0]: env entry 'Y' must be KEY=VALUE "
+        "with a non-empty KEY",
+    ]
+
+
+def test_validate_warnings_do_not_fail(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = tmp_path / "w.json"
+    spec.write_text(GOOD.replace('"env": ["A=1"]', '"deviceNodes": [{"path": "dev/x"}]'))
+    code, out, err = run(capsys, "cdi", "validate", str(spec))
+    assert code == 0
+    assert "valid" in out
+    assert err.strip() == (
+        f"{spec}: warning: devices[0].containerEdits.deviceNodes[0].path: "
+        "device node path 'dev/x' is not absolute"
+    )
+
+
+def test_validate_missing_path_and_bad_extension(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    txt = tmp_path / "spec.txt"
+    txt.write_text(GOOD)
+    empty_dir = tmp_path / "empty"
+    empty_dir.mkdir()
+    code, _, err = run(
+        capsys, "cdi", "validate", str(tmp_path / "nope.json"), str(txt), str(empty_dir)
+    )
+    assert code == 1
+    assert err.splitlines() == [
+        f"{tmp_path / 'nope.json'}: no such file or directory",
+        f"{txt}: not a CDI spec file name (want .json, .yaml or .yml)",
+        f"{empty_dir}: no CDI spec files (.json, .yaml, .yml) found",
+    ]
+
+
+def test_devices_lists_sorted_names(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "cdi", "devices", "--spec-dir", str(VALID))
+    assert code == 0 and err == ""
+    names = out.splitlines()
+    assert names == sorted(names)
+    assert {
+        "nvidia.com/gpu=0",
+        "nvidia.com/gpu=0:0",
+        "amd.com/gpu=all",
+        "intel.com/gpu=card1",
+    } <= set(names)
+
+
+def test_devices_json_and_repeated_spec_dirs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    override = tmp_path / "run"
+    override.mkdir()
+    (override / "amd.json").write_text(GOOD.replace("v.com/gpu", "amd.com/gpu"))
+    (override / "broken.json").write_text("{}")
+    code, out, err = run(
+        capsys, "cdi", "devices", "--spec-dir", str(VALID), "--spec-dir", str(override), "--json"
+    )
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["specDirs"] == [str(VALID), str(override)]
+    by_name = {d["name"]: d for d in doc["devices"]}
+    assert by_name["amd.com/gpu=0"] == {
+        "name": "amd.com/gpu=0",
+        "kind": "amd.com/gpu",
+        "device": "0",
+        "specPath": str(override / "amd.json"),
+        "priority": 1,
+    }
+    assert by_name["amd.com/gpu=1"]["specPath"] == str(VALID / "amd.yaml")
+    assert by_name["amd.com/gpu=1"]["priority"] == 0
+    assert str(override / "broken.json") in doc["specErrors"]
+    assert f"{override / 'broken.json'}: cdiVersion: required field is missing" in err
+
+
+def test_devices_uses_environment_spec_dirs(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("ATEOM_CDI_SPEC_DIRS", f"/nonexistent:{VALID}")
+    code, out, _ = run(capsys, "cdi", "devices")
+    assert code == 0
+    assert "nvidia.com/gpu=7" in out.splitlines()
+
+
+def test_resolve_prints_merged_edits(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(
+        capsys, "cdi", "resolve", "--spec-dir", str(VALID), "nvidia.com/gpu=1", "amd.com/gpu=0"
+    )
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["devices"] == ["nvidia.com/gpu=1", "amd.com/gpu=0"]
+    assert [s["origin"] for s in doc["steps"]] == [
+        "nvidia.com/gpu (spec-level)",
+        "nvidia.com/gpu=1",
+        "amd.com/gpu (spec-level)",
+        "amd.com/gpu=0",
+    ]
+    merged = doc["containerEdits"]
+    paths = [n["path"] for n in merged["deviceNodes"]]
+    assert paths.index("/dev/nvidiactl") < paths.index("/dev/nvidia1") < paths.index("/dev/kfd")
+    assert "NVIDIA_VISIBLE_DEVICES=void" in merged["env"]
+    kfd = next(n for n in merged["deviceNodes"] if n["path"] == "/dev/kfd")
+    assert kfd == {
+        "path": "/dev/kfd",
+        "hostPath": "/dev/kfd",
+        "type": "c",
+        "major": 235,
+        "minor": 0,
+        "permissions": "rw",
+    }
+    assert merged["mounts"][0]["options"] == ["ro", "nosuid", "nodev", "bind"]
+
+
+def test_resolve_failure_explains_every_name(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(
+        capsys,
+        "cdi",
+        "resolve",
+        "--spec-dir",
+        str(VALID),
+        "nvidia.com/gpu=8",
+        "nvidia.com/gpu=0",
+        "acme.com/fpga=0",
+    )
+    assert code == 1
+    assert out == ""
+    assert "unresolvable CDI devices:" in err
+    assert "nvidia.com/gpu=8: no device '8'" in err
+    assert "acme.com/fpga=0: no CDI spec for kind 'acme.com/fpga'" in err
+    assert "nvidia.com/gpu=0:" not in err
+
+
+def test_python_dash_m_entry_point_runs_the_demo_commands() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "ateom", "cdi", "validate", "cdi_specs/valid"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    done = subprocess.run(
+        [sys.executable, "-m", "ateom", "cdi", "devices", "--spec-dir", "cdi_specs/valid"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "nvidia.com/gpu=all" in done.stdout.splitlines()

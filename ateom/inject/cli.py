@@ -56,7 +56,8 @@ def run(args: argparse.Namespace) -> int:
 
     if not structlog.is_configured():
         # Logs (dropped hooks, skipped libraries) go to stderr: stdout is the diff.
-        structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
+        # (sys.stderr looked up per logger, so a replaced stream is honoured).
+        structlog.configure(logger_factory=lambda *_: structlog.PrintLogger(sys.stderr))
 
     options = gvisor_nvidia_options()
     if args.allow_hook is not None:

@@ -1,0 +1,97 @@
+"""``ateom inject``: the daemon's profile by default, flags replace parts of it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import structlog
+
+from ateom.cli import main
+from ateom.inject import ANNOTATION_KEY
+from ateom.testing import FakeLibrary, build_busybox_bundle, write_sim_gpu_spec
+
+from ._support import tree_snapshot
+
+
+@pytest.fixture(autouse=True)
+def _structlog_defaults() -> Iterator[None]:
+    """The CLI configures structlog (logs to stderr); undo it for other tests."""
+    yield
+    structlog.reset_defaults()
+
+
+@pytest.fixture
+def setup(tmp_path: Path, fake_driver: list[FakeLibrary],
+          monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    toolkit = tmp_path / "toolkit"
+    toolkit.mkdir()
+    monkeypatch.setenv("ATEOM_NVIDIA_TOOLKIT_DIR", str(toolkit))
+    monkeypatch.setenv("ATEOM_NVIDIA_DRIVER_ROOT", "/usr/local/nvidia")
+    spec_dir = tmp_path / "cdi"
+    write_sim_gpu_spec(spec_dir, fake_driver)
+    bundle = build_busybox_bundle(tmp_path / "bundle", ["true"],
+                                  env=["NVIDIA_VISIBLE_DEVICES=all"])
+    return bundle, spec_dir
+
+
+def test_dry_run_prints_diff_and_writes_nothing(setup: tuple[Path, Path],
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    bundle, spec_dir = setup
+    before = tree_snapshot(bundle), (bundle / "config.json").read_bytes()
+    rc = main(["inject", "--bundle", str(bundle), "--spec-dir", str(spec_dir),
+               "--device", "nvidia.com/gpu=0", "nvidia.com/gpu=1", "--dry-run"])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert out.startswith("--- a/config.json")
+    assert "+symlink rootfs/usr/local/nvidia/lib64/libcuda.so.1 -> libcuda.so.580.65.06" in out
+    assert (tree_snapshot(bundle), (bundle / "config.json").read_bytes()) == before
+
+
+def test_inject_uses_daemon_profile(setup: tuple[Path, Path],
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    bundle, spec_dir = setup
+    rc = main(["inject", "--bundle", str(bundle), "--spec-dir", str(spec_dir),
+               "--device", "nvidia.com/gpu=1"])
+    assert rc == 0
+    assert "config.json updated" in capsys.readouterr().out
+    config = json.loads((bundle / "config.json").read_text())
+    hook_binary = str(Path(str(spec_dir)).parent / "toolkit" / "nvidia-cdi-hook")
+    assert [(h["path"], h["args"][1]) for h in config["hooks"]["createContainer"]] == [
+        (hook_binary, "create-symlinks"), (hook_binary, "enable-cuda-compat")]
+    assert "LD_LIBRARY_PATH=/usr/local/nvidia/lib64" in config["process"]["env"]
+    assert not any(e.startswith("NVIDIA_VISIBLE_DEVICES") for e in config["process"]["env"])
+    assert config["annotations"][ANNOTATION_KEY] == "nvidia.com/gpu=1"
+    # Same command again: nothing to do.
+    assert main(["inject", "--bundle", str(bundle), "--spec-dir", str(spec_dir),
+                 "--device", "nvidia.com/gpu=1"]) == 0
+    assert "config.json unchanged, 0 SONAME link(s) staged" in capsys.readouterr().out
+
+
+def test_flags_replace_profile_parts(setup: tuple[Path, Path]) -> None:
+    bundle, spec_dir = setup
+    rc = main(["inject", "--bundle", str(bundle), "--spec-dir", str(spec_dir),
+               "--device", "nvidia.com/gpu=0", "--allow-hook", "update-ldcache",
+               "--hook-binary", "/trusted/hook", "--library-dir", "/a", "--library-dir", "/b",
+               "--drop-env", "PATH"])
+    assert rc == 0
+    config = json.loads((bundle / "config.json").read_text())
+    assert [h["args"] for h in config["hooks"]["createContainer"]] == [
+        ["/trusted/hook", "update-ldcache", "--folder", "/usr/local/nvidia/lib64"]]
+    env = config["process"]["env"]
+    assert "LD_LIBRARY_PATH=/a:/b" in env
+    assert "NVIDIA_VISIBLE_DEVICES=void" in env  # the spec's value, no longer dropped
+    assert not any(e.startswith("PATH=") for e in env)
+
+
+def test_unresolvable_device_is_a_clear_error(setup: tuple[Path, Path],
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    bundle, spec_dir = setup
+    before = (bundle / "config.json").read_bytes()
+    rc = main(["inject", "--bundle", str(bundle), "--spec-dir", str(spec_dir),
+               "--device", "nvidia.com/gpu=9"])
+    assert rc == 1
+    assert "nvidia.com/gpu=9" in capsys.readouterr().err
+    assert (bundle / "config.json").read_bytes() == before

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sized
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Protocol
@@ -227,9 +227,17 @@ def parse_listen_address(host_port: str) -> tuple[str, int]:
 class MetricsServer:
     """A running exposition endpoint (HTTP, any path serves the scrape)."""
 
-    def __init__(self, server: WSGIServer, thread: threading.Thread) -> None:
+    def __init__(
+        self,
+        server: WSGIServer,
+        thread: threading.Thread,
+        metrics: Metrics,
+        on_close: Callable[[], None] | None = None,
+    ) -> None:
         self._server = server
         self._thread = thread
+        self.metrics = metrics
+        self._on_close = on_close
 
     @property
     def port(self) -> int:
@@ -240,6 +248,9 @@ class MetricsServer:
         return str(self._server.server_address[0])
 
     def close(self) -> None:
+        if self._on_close is not None:
+            self._on_close()
+            self._on_close = None
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=5)
@@ -259,4 +270,34 @@ def start_metrics_server(host_port: str, metrics: Metrics) -> MetricsServer:
             f"--metrics-listen {host_port!r}: cannot listen: {exc.strerror or exc}",
             code=ErrorCode.UNAVAILABLE,
         ) from exc
-    return MetricsServer(server, thread)
+    return MetricsServer(server, thread, metrics)
+
+
+class HostsActors(Protocol):
+    """What `start_daemon_metrics` needs of the daemon's service: its actor table."""
+
+    @property
+    def actors(self) -> Sized: ...
+
+
+def start_daemon_metrics(host_port: str, service: HostsActors) -> MetricsServer:
+    """Everything ``ateom serve --metrics-listen`` needs, in one call.
+
+    A fresh `Metrics` subscribed to the RPC and phase seams, reading the
+    hosted-actor count from ``service.actors`` and the injector's process-wide
+    SONAME cache at scrape time, served on `host_port`. ``close()`` on the
+    result unsubscribes and stops serving.
+    """
+    from ateom.inject.soname import DEFAULT_SONAME_CACHE
+
+    metrics = Metrics()
+    metrics.track_hosted_actors(lambda: len(service.actors))
+    metrics.track_soname_cache(DEFAULT_SONAME_CACHE)
+    detach = attach_to_daemon(metrics)
+    try:
+        server = start_metrics_server(host_port, metrics)
+    except BaseException:
+        detach()
+        raise
+    server._on_close = detach
+    return server

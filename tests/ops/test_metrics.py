@@ -15,6 +15,7 @@ from ateom.metrics import (
     Metrics,
     attach_to_daemon,
     parse_listen_address,
+    start_daemon_metrics,
     start_metrics_server,
 )
 
@@ -229,3 +230,26 @@ def test_parse_listen_address(text: str, expected: tuple[str, int]) -> None:
 def test_parse_listen_address_rejects(text: str) -> None:
     with pytest.raises(AteomError, match="HOST:PORT"):
         parse_listen_address(text)
+
+
+def test_start_daemon_metrics_reads_the_service_and_unsubscribes_on_close() -> None:
+    from ateom.daemon.phases import PHASE_OBSERVERS, phase
+
+    class Service:
+        actors: list[str] = ["a", "b", "c"]
+
+    server = start_daemon_metrics("127.0.0.1:0", Service())
+    try:
+        with phase("runsc.restore"):
+            pass
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/", timeout=5) as resp:
+            text = resp.read().decode()
+        assert value(text, "ateom_hosted_actors") == 3
+        assert value(text, "ateom_phase_duration_seconds_count", phase="runsc.restore",
+                     outcome="ok") == 1
+        assert ("ateom_injection_soname_cache_lookups_total",
+                frozenset({("result", "hit")})) in samples(text)
+        assert server.metrics.observe_phase in PHASE_OBSERVERS
+    finally:
+        server.close()
+    assert server.metrics.observe_phase not in PHASE_OBSERVERS

@@ -56,14 +56,30 @@ class Reaper:
         self._orphans: collections.OrderedDict[int, int] = collections.OrderedDict()
         self._thread: threading.Thread | None = None
         self.subreaper = False
+        self._per_pid = False
 
-    def start(self) -> Reaper:
+    def start(self, *, reap_all: bool = True) -> Reaper:
+        """Start reaping. `reap_all` (the daemon) makes us subreaper and waits on every
+        child; without it (embedding, tests sharing a process with `subprocess`
+        users) only the processes this reaper spawned are waited for, each by pid.
+        """
         with self._cond:
-            if self._thread is None:
-                self.subreaper = become_subreaper()
-                self._thread = threading.Thread(target=self._loop, name="reaper", daemon=True)
-                self._thread.start()
+            if self._thread is None and not self._per_pid:
+                if reap_all:
+                    self.subreaper = become_subreaper()
+                    self._thread = threading.Thread(target=self._loop, name="reaper",
+                                                    daemon=True)
+                    self._thread.start()
+                else:
+                    self._per_pid = True
         return self
+
+    def _wait_one(self, pid: int) -> None:
+        _, status = os.waitpid(pid, 0)
+        with self._cond:
+            self._pending.discard(pid)
+            self._exited[pid] = os.waitstatus_to_exitcode(status)
+            self._cond.notify_all()
 
     def _loop(self) -> None:
         while True:
@@ -110,6 +126,8 @@ class Reaper:
             (os.POSIX_SPAWN_DUP2, stderr, 2),
         ]
         with self._cond:
+            if self._thread is None:
+                self._per_pid = True  # never started: wait for our own children only
             # Holding the lock across spawn: the reaper cannot process this
             # pid's exit before it is registered as pending.
             pid = os.posix_spawnp(
@@ -119,6 +137,8 @@ class Reaper:
             self._pending.add(pid)
             self._spawned += 1
             self._cond.notify_all()
+        if self._per_pid:
+            threading.Thread(target=self._wait_one, args=(pid,), daemon=True).start()
         return pid
 
     def wait(self, pid: int, timeout: float | None = None) -> int | None:

@@ -228,13 +228,17 @@ class Runsc:
         done = self._run("delete", name, delete_argv(self.target, name), check=False)
         return done.returncode == 0
 
-    def list(self) -> list[str]:
-        """Container ids runsc knows under this actor's root ([] when the root is gone)."""
+    def list(self) -> list[str] | None:
+        """Container ids runsc knows under this actor's root ([] when the root is gone).
+
+        None when runsc could not say: callers must then assume every container exists.
+        """
         if not os.path.isdir(self.target.root):
             return []
         done = self._capture(list_argv(self.target))
         if done.returncode != 0:
-            return []
+            log.warning("runsc_list_failed", root=self.target.root, returncode=done.returncode)
+            return None
         return [line.strip() for line in done.output.splitlines()
                 if line.strip() and not line.lstrip().startswith("{")]
 

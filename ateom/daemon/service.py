@@ -352,7 +352,8 @@ class AteomService:
         by a failed flow keeps its sandbox after `delete -force` otherwise.
         """
         with phase("teardown"):
-            known = set(runsc.list())
+            listed = runsc.list()
+            known = set(names) if listed is None else set(listed)
             present = [n for n in names if n in known]
             ordered = list(reversed(present))  # apps first, sandbox root last
             if grace > 0 and ordered:
@@ -538,7 +539,7 @@ class AteomService:
             return
         info = self.probe(self.config.runsc)
         runsc = self._runsc(uid, info)
-        self._teardown(runsc, sorted(runsc.list()), 0)
+        self._teardown(runsc, sorted(runsc.list() or []), 0)
 
     # -- stats -------------------------------------------------------------
 

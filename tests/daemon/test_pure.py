@@ -1,0 +1,408 @@
+"""Pure parts of the daemon: validation, state machine, config, bundle edits, devices, argv."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ateom.cdi.model import ContainerEdits, DeviceNode, EditStep, Resolution
+from ateom.daemon import bundles, devices, validation
+from ateom.daemon import config as daemon_config
+from ateom.daemon import runsc as argv
+from ateom.daemon.actors import ActorTable, Op, Phase, next_phase
+from ateom.daemon.requests import (
+    ActorDirs,
+    ActorRef,
+    CheckpointRequest,
+    ContainerRequest,
+    DeviceChoice,
+    DevicePolicy,
+    RestoreRequest,
+    RunRequest,
+    SnapshotScope,
+    TerminateRequest,
+    VolumeMountRequest,
+)
+from ateom.daemon.runsc_probe import RunscInfo, parse_flags, parse_version
+from ateom.errors import AteomError, ErrorCode
+
+ROOT = "/srv/actors"
+DIRS = ActorDirs(root_dir=f"{ROOT}/a", oci_bundle_dir=f"{ROOT}/a/bundles",
+                 checkpoint_dir=f"{ROOT}/a/ckpt", restore_dir=f"{ROOT}/a/restore")
+
+
+def code(fn, *args, **kw) -> ErrorCode:  # type: ignore[no-untyped-def]
+    with pytest.raises(AteomError) as err:
+        fn(*args, **kw)
+    return err.value.code
+
+
+# -- validation ---------------------------------------------------------------
+
+@pytest.mark.parametrize("uid", ["", "..", "../x", "a/b", "-rf", ".hidden", "a b", "x" * 129,
+                                 "a..b", "ü"])
+def test_unsafe_actor_uid_is_invalid(uid: str) -> None:
+    assert code(validation.check_actor, ActorRef(uid)) is ErrorCode.INVALID_ARGUMENT
+
+
+@pytest.mark.parametrize("uid", ["a", "A1", "0f8c-12_ab.c", "x" * 128])
+def test_safe_actor_uid(uid: str) -> None:
+    validation.check_actor(ActorRef(uid))
+
+
+@given(st.text(max_size=40))
+@settings(max_examples=200, deadline=None)
+def test_accepted_uids_are_single_safe_path_components(uid: str) -> None:
+    try:
+        validation.check_actor(ActorRef(uid))
+    except AteomError:
+        return
+    assert "/" not in uid and uid not in (".", "..") and not uid.startswith("-")
+
+
+@pytest.mark.parametrize("name", ["App", "_pause", "a_b", "-a", "a-", "", "a" * 64, "a.b"])
+def test_bad_container_names(name: str) -> None:
+    c = (ContainerRequest(name),)
+    assert code(validation.check_containers, c) is ErrorCode.INVALID_ARGUMENT
+
+
+def test_duplicate_container_names() -> None:
+    c = (ContainerRequest("app"), ContainerRequest("app"))
+    with pytest.raises(AteomError, match="duplicate"):
+        validation.check_containers(c)
+
+
+@pytest.mark.parametrize("choice, expected", [
+    (DeviceChoice(DevicePolicy.EXPLICIT), ErrorCode.INVALID_ARGUMENT),
+    (DeviceChoice(DevicePolicy.EXPLICIT, ("gpu0",)), ErrorCode.INVALID_ARGUMENT),
+    (DeviceChoice(DevicePolicy.NONE, ("nvidia.com/gpu=0",)), ErrorCode.INVALID_ARGUMENT),
+    (DeviceChoice(DevicePolicy.POD_DEFAULT, ("nvidia.com/gpu=0",)), ErrorCode.INVALID_ARGUMENT),
+])
+def test_bad_device_choices(choice: DeviceChoice, expected: ErrorCode) -> None:
+    c = (ContainerRequest("app", devices=choice),)
+    assert code(validation.check_containers, c) is expected
+
+
+@pytest.mark.parametrize("field", ["durable_dir_volume_mounts", "csi_volume_mounts",
+                                   "system_info_volume_mounts", "image_volume_mounts"])
+def test_volume_mounts_are_unimplemented_naming_the_field(field: str) -> None:
+    c = ContainerRequest("app", **{field: (VolumeMountRequest("v", "/v"),)})
+    with pytest.raises(AteomError, match=field) as err:
+        validation.check_containers((c,))
+    assert err.value.code is ErrorCode.UNIMPLEMENTED
+
+
+def test_wakeup_probe_is_unimplemented() -> None:
+    assert code(validation.check_containers,
+                (ContainerRequest("app", wakeup_probe=True),)) is ErrorCode.UNIMPLEMENTED
+
+
+@pytest.mark.parametrize("field", [f for f, _ in ActorDirs().items()])
+@pytest.mark.parametrize("path", ["relative/x", f"{ROOT}/a/../../etc", f"{ROOT}//a", "/etc",
+                                  ROOT, f"{ROOT}-other/a", f"{ROOT}/a/."])
+def test_every_actor_dir_must_be_absolute_normalized_under_root(field: str, path: str) -> None:
+    dirs = ActorDirs(**{field: path})
+    with pytest.raises(AteomError, match=f"actor_dirs.{field}") as err:
+        validation.check_dirs(dirs, ROOT, ())
+    assert err.value.code is ErrorCode.INVALID_ARGUMENT
+
+
+def test_required_dirs() -> None:
+    with pytest.raises(AteomError, match="actor_dirs.oci_bundle_dir: required"):
+        validation.check_run(RunRequest(ActorRef("a"), ActorDirs()), ROOT)
+    with pytest.raises(AteomError, match="actor_dirs.checkpoint_dir: required"):
+        validation.check_checkpoint(CheckpointRequest(ActorRef("a"), ActorDirs()), ROOT)
+    with pytest.raises(AteomError, match="actor_dirs.restore_dir: required"):
+        validation.check_restore(RestoreRequest(ActorRef("a"), ActorDirs(
+            oci_bundle_dir=DIRS.oci_bundle_dir)), ROOT)
+    validation.check_terminate(TerminateRequest(ActorRef("a")), ROOT)
+
+
+def test_symlink_escaping_root_is_refused(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    root = tmp_path / "actors"
+    root.mkdir()
+    (root / "a").symlink_to("/etc")
+    dirs = ActorDirs(oci_bundle_dir=str(root / "a"))
+    validation.check_dirs(dirs, str(root), ())  # the string is fine...
+    assert code(validation.check_dirs_on_disk, dirs, str(root)) is ErrorCode.INVALID_ARGUMENT
+
+
+@pytest.mark.parametrize("requested, allowed", [
+    ("", True), ("/usr/bin/runsc", True), ("/opt/runsc/v2/runsc", True),
+    ("/bin/sh", False), ("runsc", False), ("/opt/runsc/../../bin/sh", False),
+    ("/opt/runsc", False), ("/opt/runsc-evil/runsc", False),
+])
+def test_runsc_path(requested: str, allowed: bool) -> None:
+    if allowed:
+        assert validation.check_runsc_path(requested, "/usr/bin/runsc", "/opt/runsc")
+    else:
+        assert code(validation.check_runsc_path, requested, "/usr/bin/runsc",
+                    "/opt/runsc") is ErrorCode.PERMISSION_DENIED
+
+
+@pytest.mark.parametrize("request_, field", [
+    (RunRequest(ActorRef("a"), DIRS, runtime_asset_paths={"k": "v"}), "runtime_asset_paths"),
+    (RunRequest(ActorRef("a"), DIRS, egress_gateway=""), "egress_gateway"),
+    (RestoreRequest(ActorRef("a"), DIRS, egress_gateway="gw:1"), "egress_gateway"),
+    (RestoreRequest(ActorRef("a"), DIRS, scope=SnapshotScope.DATA), "scope"),
+    (CheckpointRequest(ActorRef("a"), DIRS, scope=SnapshotScope.DATA), "scope"),
+    (CheckpointRequest(ActorRef("a"), DIRS, snapshot_uri="gs://b/x"), "snapshot_uri"),
+])
+def test_set_but_unsupported_fields_are_unimplemented(request_: object, field: str) -> None:
+    check = {RunRequest: validation.check_run, RestoreRequest: validation.check_restore,
+             CheckpointRequest: validation.check_checkpoint}[type(request_)]
+    with pytest.raises(AteomError, match=field) as err:
+        check(request_, ROOT)  # type: ignore[operator]
+    assert err.value.code is ErrorCode.UNIMPLEMENTED
+
+
+def test_local_snapshot_uri_and_negative_resources() -> None:
+    validation.check_checkpoint(CheckpointRequest(
+        ActorRef("a"), DIRS, snapshot_uri="file://" + DIRS.checkpoint_dir), ROOT)
+    assert code(validation.check_run, RunRequest(ActorRef("a"), DIRS, cpu_milli=-1),
+                ROOT) is ErrorCode.INVALID_ARGUMENT
+    assert code(validation.check_run, RunRequest(ActorRef("a"), DIRS, memory_bytes=-1),
+                ROOT) is ErrorCode.INVALID_ARGUMENT
+
+
+# -- state machine --------------------------------------------------------------
+
+@pytest.mark.parametrize("phase", [None, *Phase])
+@pytest.mark.parametrize("op", list(Op))
+def test_transitions(phase: Phase | None, op: Op) -> None:
+    allowed = {
+        (None, Op.RUN): Phase.BOOTING, (None, Op.RESTORE): Phase.RESTORING,
+        (Phase.RUNNING, Op.CHECKPOINT): Phase.CHECKPOINTING,
+        (Phase.RUNNING, Op.TERMINATE): Phase.TERMINATING,
+        (Phase.RUNNING, Op.STATS): Phase.RUNNING,
+    }
+    if (phase, op) in allowed:
+        assert next_phase(phase, op, "a") is allowed[(phase, op)]
+    elif phase is None:
+        assert code(next_phase, phase, op, "a") is ErrorCode.NOT_FOUND
+    else:
+        assert code(next_phase, phase, op, "a") is ErrorCode.FAILED_PRECONDITION
+
+
+def test_table_admission_and_operate() -> None:
+    table = ActorTable(max_actors=1)
+    a = table.admit(ActorRef("a"), Op.RUN)
+    assert code(table.admit, ActorRef("a"), Op.RUN) is ErrorCode.FAILED_PRECONDITION
+    assert code(table.admit, ActorRef("b"), Op.RESTORE) is ErrorCode.RESOURCE_EXHAUSTED
+    a.phase = Phase.RUNNING
+    a.lock.release()
+    with pytest.raises(AteomError), table.operate("a", Op.CHECKPOINT) as actor:
+        assert actor.phase is Phase.CHECKPOINTING
+        raise AteomError("runsc refused", code=ErrorCode.FAILED_PRECONDITION)
+    assert a.phase is Phase.RUNNING  # a failed op leaves the actor as it was
+    with table.operate("a", Op.TERMINATE) as actor:
+        table.remove(actor)
+    assert len(table) == 0
+    with pytest.raises(AteomError) as err, table.operate("a", Op.CHECKPOINT):
+        pass
+    assert err.value.code is ErrorCode.NOT_FOUND
+
+
+# -- config -------------------------------------------------------------------
+
+def _parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    daemon_config.add_flags(parser)
+    return parser.parse_args(argv)
+
+
+def test_flags_env_twins_and_precedence() -> None:
+    env = {"ATEOM_ACTORS_ROOT": "/env/root", "ATEOM_MAX_ACTORS": "3",
+           "ATEOM_RUNSC_GLOBAL_FLAGS": "--network=none --ignore-cgroups",
+           "ATEOM_SPEC_DIRS": "/a:/b", "ATEOM_SHUTDOWN_GRACE": "2.5", "ATEOM_SOCKET": "/env.sock"}
+    cfg = daemon_config.from_args(_parse(["--socket", "/flag.sock"]), env)
+    assert cfg.socket == "/flag.sock"  # flag beats env
+    assert cfg.actors_root == "/env/root" and cfg.max_actors == 3
+    assert cfg.runsc_global_flags == ("--network=none", "--ignore-cgroups")
+    assert cfg.spec_dirs == ("/a", "/b") and cfg.shutdown_grace == 2.5
+    cfg = daemon_config.from_args(_parse([
+        "--actors-root", "/r", "--runsc-global-flag=--network=none",
+        "--runsc-global-flag=--ignore-cgroups", "--spec-dir", "/x", "--spec-dir", "/y"]), {})
+    assert cfg.runsc_global_flags == ("--network=none", "--ignore-cgroups")
+    assert cfg.spec_dirs == ("/x", "/y")
+    assert (cfg.socket, cfg.max_actors, cfg.listen) == ("/run/ateom/ateom.sock", 1, "")
+
+
+def test_every_flag_has_an_env_twin() -> None:
+    for flag, env, *_ in daemon_config._FLAGS:
+        assert env == "ATEOM_" + flag[2:].upper().replace("-", "_").replace(
+            "RUNSC_GLOBAL_FLAG", "RUNSC_GLOBAL_FLAGS").replace("SPEC_DIR", "SPEC_DIRS")
+
+
+@pytest.mark.parametrize("argv, env", [
+    ([], {}), (["--actors-root", "rel"], {}), (["--actors-root", "/r", "--max-actors", "0"], {}),
+    (["--actors-root", "/r"], {"ATEOM_MAX_ACTORS": "many"}),
+])
+def test_bad_config(argv: list[str], env: dict[str, str]) -> None:
+    assert code(daemon_config.from_args, _parse(argv), env) is ErrorCode.INVALID_ARGUMENT
+
+
+# -- bundle edits ---------------------------------------------------------------
+
+def test_prepare_config_sets_cri_annotations_and_strips_gvisor_ones() -> None:
+    cfg = {"process": {"args": ["sh"]}, "annotations": {
+        "dev.gvisor.internal.nvproxy": "true", "dev.gvisor.flag.debug": "1", "keep": "x",
+        bundles.CONTAINER_TYPE: "sandbox"}}
+    out = bundles.prepare_config(cfg, "/b/app/config.json", container="app",
+                                 sandbox_id="_pause", is_sandbox=False)
+    assert out.removed_annotations == ("dev.gvisor.flag.debug", "dev.gvisor.internal.nvproxy")
+    assert out.config["annotations"] == {
+        "keep": "x", bundles.CONTAINER_TYPE: "container", bundles.SANDBOX_ID: "_pause",
+        bundles.CONTAINER_NAME: "app"}
+    assert cfg["annotations"]["dev.gvisor.internal.nvproxy"] == "true"  # input untouched
+
+
+def test_prepare_config_sandbox_resources() -> None:
+    out = bundles.prepare_config({"process": {}}, "p", container="_pause", sandbox_id="_pause",
+                                 is_sandbox=True, cpu_milli=1500, memory_bytes=1 << 30)
+    assert out.config["annotations"][bundles.CONTAINER_TYPE] == "sandbox"
+    assert out.config["linux"]["resources"] == {
+        "cpu": {"period": 100000, "quota": 150000}, "memory": {"limit": 1 << 30}}
+
+
+def test_foreign_hooks_refused() -> None:
+    cfg = {"process": {}, "hooks": {"prestart": [{"path": "/bin/evil"}]}}
+    with pytest.raises(AteomError, match=r"hooks.prestart\[0\] \(/bin/evil\)") as err:
+        bundles.prepare_config(cfg, "p", container="a", sandbox_id="s", is_sandbox=False)
+    assert err.value.code is ErrorCode.FAILED_PRECONDITION
+
+
+@pytest.mark.parametrize("raw", [b"", b"{", b"[]", b'{"process": 1}', b'{"root": {}}',
+                                 b'{"process": {}, "annotations": []}'])
+def test_corrupt_config(raw: bytes) -> None:
+    with pytest.raises(AteomError, match="/b/config.json") as err:
+        bundles.parse_config(raw, "/b/config.json")
+    assert err.value.code is ErrorCode.INVALID_ARGUMENT
+
+
+# -- devices --------------------------------------------------------------------
+
+def test_pod_default_devices_are_whole_gpus_in_natural_order() -> None:
+    names = ["nvidia.com/gpu=10", "nvidia.com/gpu=2", "nvidia.com/gpu=all",
+             "nvidia.com/gpu=0:1", "nvidia.com/gpu=MIG-abc", "vendor.com/x=1"]
+    assert devices.pod_default_devices(names) == ("nvidia.com/gpu=2", "nvidia.com/gpu=10")
+
+
+def test_choose_devices() -> None:
+    default = ("nvidia.com/gpu=0",)
+    pick = devices.choose_devices
+    assert pick(ContainerRequest("a"), gpu_present=True, pod_default=default) == default
+    assert pick(ContainerRequest("a"), gpu_present=False, pod_default=default) == ()
+    none = ContainerRequest("a", devices=DeviceChoice(DevicePolicy.NONE))
+    assert pick(none, gpu_present=True, pod_default=default) == ()
+    explicit = ContainerRequest("a", devices=DeviceChoice(
+        DevicePolicy.EXPLICIT, ("nvidia.com/gpu=1", "nvidia.com/gpu=1")))
+    assert pick(explicit, gpu_present=False, pod_default=default) == ("nvidia.com/gpu=1",)
+
+
+@pytest.mark.parametrize("name, why", [
+    ("amd.com/gpu=0", "vendor"), ("nvidia.com/gpu=0:0", "MIG"), ("nvidia.com/gpu=mig-1", "MIG")])
+def test_gvisor_refuses_devices_it_cannot_proxy(name: str, why: str) -> None:
+    with pytest.raises(AteomError, match=why) as err:
+        devices.check_gvisor_devices("app", [name])
+    assert err.value.code is ErrorCode.FAILED_PRECONDITION
+
+
+def test_mig_reached_through_caps_nodes_is_refused() -> None:
+    step = EditStep("nvidia.com/gpu=0", "/etc/cdi/n.json", ContainerEdits(
+        device_nodes=(DeviceNode("/dev/nvidia-caps/nvidia-cap21"),)))
+    with pytest.raises(AteomError, match="MIG"):
+        devices.check_resolution_for_gvisor("app", Resolution(("nvidia.com/gpu=0",), (step,)))
+
+
+def test_nvproxy_needed() -> None:
+    old = RunscInfo("/usr/bin/runsc", "0.0~20221219.0", frozenset({"root"}))
+    with pytest.raises(AteomError, match="0.0~20221219.0") as err:
+        devices.check_nvproxy(old)
+    assert err.value.code is ErrorCode.FAILED_PRECONDITION
+    devices.check_nvproxy(RunscInfo("/x", "new", frozenset({"nvproxy"})))
+
+
+# -- runsc probe + argv -----------------------------------------------------------
+
+FLAGS_TEXT = """  -alsologtostderr
+    \tsend log messages to stderr.
+  -nvproxy
+    \tEXPERIMENTAL: enable support for Nvidia GPUs.
+  -nvproxy-driver-version string
+    \tNVIDIA driver ABI version to use.
+  -allow-connected-on-save
+    \tallow checkpointing with connected sockets.
+"""
+
+
+def test_probe_parsing() -> None:
+    assert parse_flags(FLAGS_TEXT) == {"alsologtostderr", "nvproxy", "nvproxy-driver-version",
+                                       "allow-connected-on-save"}
+    assert parse_version("runsc version release-20240513.0\nspec: 1.1.0") == "release-20240513.0"
+    info = RunscInfo("/r", "v", parse_flags(FLAGS_TEXT),
+                     (("restore", frozenset({"background", "detach"})),))
+    assert info.supports_nvproxy and info.supports("--nvproxy")
+    assert info.supports("restore:background") and not info.supports("create:background")
+    assert not info.restore_needs_create
+
+
+DEBIAN = RunscInfo("/usr/bin/runsc", "0.0~20221219.0", frozenset({"root", "log"}),
+                   (("restore", frozenset({"bundle", "detach", "image-path", "pid-file"})),))
+NEWER = RunscInfo("/opt/runsc", "release-2025", frozenset({"nvproxy", "allow-connected-on-save"}),
+                  (("restore", frozenset({"background", "direct", "detach"})),))
+
+
+def _target(info: RunscInfo, **nv: str) -> argv.RunscTarget:
+    return argv.RunscTarget(info, "/run/ateom/actors/a", ("--network=none",),
+                            argv.NvproxyOptions(**nv))
+
+
+BASE = ["-log-format", "json", "--alsologtostderr", "-root", "/run/ateom/actors/a"]
+
+
+@pytest.mark.parametrize("gpu", [False, True])
+def test_argv_of_every_runsc_call(gpu: bool) -> None:
+    t = _target(NEWER, driver_version="550.1", capabilities="compute,utility")
+    nv = (["--nvproxy", "--nvproxy-driver-version=550.1",
+           "--nvproxy-allowed-driver-capabilities=compute,utility"] if gpu else [])
+    path = ["/opt/runsc"]
+    assert argv.create_argv(t, "_pause", "/b/_pause", "/p", gpu=gpu, log_file="/l") == [
+        *path, *BASE, "-log", "/l", "--network=none", *nv,
+        "create", "-bundle", "/b/_pause", "-pid-file", "/p", "_pause"]
+    assert argv.restore_argv(t, "_pause", "/b", "/img", "/p", gpu=gpu, log_file=None) == [
+        *path, *BASE, "--network=none", *nv, "restore", "-bundle", "/b", "-image-path", "/img",
+        "-pid-file", "/p", "-background", "-detach", "_pause"]
+    assert argv.start_argv(t, "app") == [*path, *BASE, "--network=none", "start", "app"]
+    assert argv.checkpoint_argv(t, "_pause", "/img") == [
+        *path, *BASE, "--network=none", "-allow-connected-on-save",
+        "checkpoint", "-image-path", "/img", "_pause"]
+    assert argv.kill_argv(t, "app", "TERM") == [*path, *BASE, "--network=none", "kill", "app",
+                                                "TERM"]
+    assert argv.wait_argv(t, "app")[-2:] == ["wait", "app"]
+    assert argv.state_argv(t, "app")[-2:] == ["state", "app"]
+    assert argv.delete_argv(t, "app")[-3:] == ["delete", "-force", "app"]
+    assert argv.list_argv(t)[-2:] == ["list", "-quiet"]
+    assert argv.events_stats_argv(t, "_pause")[-3:] == ["events", "--stats", "_pause"]
+
+
+def test_debian_runsc_gets_no_optional_flags() -> None:
+    t = _target(DEBIAN)
+    assert "-background" not in argv.restore_argv(t, "a", "/b", "/i", "/p", gpu=False,
+                                                  log_file=None)
+    assert "-allow-connected-on-save" not in argv.checkpoint_argv(t, "a", "/i")
+    # nvproxy options are passed only when the operator set them.
+    assert argv.nvproxy_flags(t) == ["--nvproxy"]
+
+
+def test_read_tail_is_bounded(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    log = tmp_path / "x.log"
+    log.write_text("old\n")
+    offset = log.stat().st_size
+    log.write_text("old\n" + "y" * 5000 + "\nthe reason\n")
+    tail = argv.read_tail(str(log), offset)
+    assert tail.endswith("the reason\n") and len(tail) == 2048 and "old" not in tail
+    assert argv.read_tail(str(log), log.stat().st_size) == ""

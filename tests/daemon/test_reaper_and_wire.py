@@ -1,0 +1,114 @@
+"""The process layer (real processes) and the wire translation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ateom._proto import ateom_pb2 as pb
+from ateom.daemon import wire
+from ateom.daemon.reaper import Reaper
+from ateom.daemon.requests import DevicePolicy, SnapshotScope
+from ateom.errors import AteomError, ErrorCode
+
+
+def test_run_appends_to_log_and_reports_exit_codes(tmp_path: Path) -> None:
+    reaper = Reaper()
+    log = tmp_path / "c.log"
+    log.write_text("before\n")
+    done = reaper.run(["sh", "-c", "echo out; echo err >&2; read x || exit 3"],
+                      log_path=str(log))
+    assert done.returncode == 3  # stdin is an empty pipe, not a terminal or /dev/null
+    assert log.read_text() == "before\nout\nerr\n"
+    killed = reaper.run(["sh", "-c", "kill -9 $$"], log_path=str(log))
+    assert killed.returncode == -9
+
+
+def test_timeout_kills(tmp_path: Path) -> None:
+    done = Reaper().run(["sleep", "30"], log_path=str(tmp_path / "l"), timeout=0.2)
+    assert done.timed_out and done.returncode == -9
+
+
+def test_capture_separates_stderr(tmp_path: Path) -> None:
+    err = tmp_path / "err.log"
+    done = Reaper().run_capture(["sh", "-c", "echo out; echo noise >&2"],
+                                stderr_path=str(err))
+    assert done.output == "out\n" and err.read_text() == "noise\n"
+
+
+def test_wire_run_request_round_trip() -> None:
+    msg = pb.RunWorkloadRequest(
+        atespace="ns", actor_name="n", actor_uid="u", actor_template_atespace="ta",
+        actor_template_name="tn", runsc_path="/r", cpu_milli=5, memory_bytes=6,
+        spec=pb.WorkloadSpec(containers=[
+            pb.Container(name="a"),
+            pb.Container(name="b", devices=pb.DeviceRequest(
+                policy=pb.DEVICE_POLICY_EXPLICIT, names=["nvidia.com/gpu=0"]),
+                csi_volume_mounts=[pb.VolumeMount(volume_name="v", mount_path="/v")]),
+        ]),
+        actor_dirs=pb.ActorDirs(root_dir="/x", volumes_dir="/x/v"),
+    )
+    req = wire.run_request(msg)
+    assert req.actor.actor_template_name == "tn" and req.runsc_path == "/r"
+    assert req.egress_gateway is None  # absent, not ""
+    assert req.dirs.volumes_dir == "/x/v" and req.cpu_milli == 5
+    a, b = req.containers
+    assert a.devices.policy is DevicePolicy.POD_DEFAULT
+    assert b.devices.names == ("nvidia.com/gpu=0",) and b.csi_volume_mounts[0].mount_path == "/v"
+    msg.egress_gateway.address = ""
+    assert wire.run_request(msg).egress_gateway == ""  # present even if empty
+
+
+def test_wire_scope_and_unknown_values() -> None:
+    req = wire.checkpoint_request(pb.CheckpointWorkloadRequest(scope=pb.SNAPSHOT_SCOPE_DATA))
+    assert req.scope is SnapshotScope.DATA
+    with pytest.raises(AteomError) as err:
+        wire.checkpoint_request(pb.CheckpointWorkloadRequest(scope=7))  # type: ignore[arg-type]
+    assert err.value.code is ErrorCode.INVALID_ARGUMENT
+
+
+def test_contract_field_numbers() -> None:
+    def numbers(message: type) -> dict[str, int]:
+        return {f.name: f.number for f in message.DESCRIPTOR.fields}  # type: ignore[attr-defined]
+
+    common = {"atespace": 1, "actor_name": 2, "actor_uid": 3, "actor_template_atespace": 4,
+              "actor_template_name": 5, "runsc_path": 6, "spec": 7}
+    assert numbers(pb.RunWorkloadRequest) == {**common, "runtime_asset_paths": 8,
+                                              "egress_gateway": 10, "cpu_milli": 11,
+                                              "memory_bytes": 12, "actor_dirs": 13}
+    assert numbers(pb.CheckpointWorkloadRequest) == {**common, "snapshot_uri": 8,
+                                                     "runtime_asset_paths": 9, "scope": 10,
+                                                     "actor_dirs": 11}
+    assert numbers(pb.RestoreWorkloadRequest) == {**common, "snapshot_uri": 8,
+                                                  "runtime_asset_paths": 9, "scope": 10,
+                                                  "egress_gateway": 12, "cpu_milli": 14,
+                                                  "memory_bytes": 15, "actor_dirs": 16,
+                                                  "preserve_restore_dir": 17}
+    assert numbers(pb.TerminateWorkloadRequest) == {**common, "actor_dirs": 8}
+    assert list(numbers(pb.ActorDirs).values()) == list(range(1, 8))
+    assert numbers(pb.Container) == {"name": 1, "wakeup_probe": 2,
+                                     "durable_dir_volume_mounts": 3, "csi_volume_mounts": 4,
+                                     "system_info_volume_mounts": 5, "image_volume_mounts": 6,
+                                     "devices": 20}
+    assert list(numbers(pb.WorkloadStatsSample).values()) == list(range(1, 14))
+    assert numbers(pb.CheckpointWorkloadResponse) == {"snapshot_files": 1,
+                                                      "data_snapshot_files": 2}
+    assert pb.SNAPSHOT_SCOPE_FULL == 1 and pb.SANDBOX_CLASS_MICROVM == 2
+    assert pb.STATS_SOURCE_GUEST_AGENT == 2
+    methods = [m.name for m in pb.DESCRIPTOR.services_by_name["Ateom"].methods]
+    assert methods == ["RunWorkload", "CheckpointWorkload", "RestoreWorkload",
+                       "TerminateWorkload", "GetWorkloadStats", "GetActiveWorkloadStats"]
+    assert pb.DESCRIPTOR.package == "ateom"
+
+
+def test_generated_code_is_reproducible(tmp_path: Path) -> None:
+    pytest.importorskip("grpc_tools")
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    subprocess.run([sys.executable, "-m", "grpc_tools.protoc", "-I", str(repo / "proto"),
+                    f"--python_out={tmp_path}", str(repo / "proto" / "ateom.proto")], check=True)
+    assert (tmp_path / "ateom_pb2.py").read_text() == (
+        repo / "ateom" / "_proto" / "ateom_pb2.py").read_text()

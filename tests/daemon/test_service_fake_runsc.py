@@ -1,0 +1,345 @@
+"""The service's runsc calls, argv and failure paths, against a fake runsc.
+
+The fake only records argv and fails on demand; what real runsc does is the
+e2e suite's job.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from ateom.daemon.actors import Op, Phase
+from ateom.daemon.config import DaemonConfig
+from ateom.daemon.reaper import Reaper
+from ateom.daemon.requests import (
+    ActorDirs,
+    ActorRef,
+    CheckpointRequest,
+    ContainerRequest,
+    DeviceChoice,
+    DevicePolicy,
+    RestoreRequest,
+    RunRequest,
+    TerminateRequest,
+)
+from ateom.daemon.service import AteomService
+from ateom.errors import AteomError, ErrorCode
+from ateom.testing import build_busybox_bundle, build_fake_driver_libs, write_sim_gpu_spec
+from tests.daemon.fake_runsc import FakeRunsc
+
+NO_DEVICES = DeviceChoice(DevicePolicy.NONE)
+pytestmark = pytest.mark.skipif(not os.path.exists("/bin/busybox"), reason="needs busybox")
+
+
+@pytest.fixture(scope="module")
+def gpu_spec_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    base = tmp_path_factory.mktemp("gpu")
+    libs = build_fake_driver_libs(base / "lib64")
+    write_sim_gpu_spec(base / "cdi", libs, gpus=2)
+    return base / "cdi"
+
+
+class World:
+    def __init__(self, tmp: Path, spec_dir: Path, fake: FakeRunsc, **config: object) -> None:
+        self.tmp = tmp
+        self.fake = fake
+        self.actors_root = tmp / "actors"
+        (tmp / "dev").mkdir()
+        (tmp / "dev" / "nvidia0").touch()
+        kw: dict[str, object] = dict(
+            actors_root=str(self.actors_root), runsc=str(fake.path), run_dir=str(tmp / "run"),
+            spec_dirs=(str(spec_dir),), gpu_glob=str(tmp / "dev" / "nvidia[0-9]*"),
+            kill_grace=0.2, runsc_global_flags=("--network=none",),
+            env={"ATEOM_NVIDIA_TOOLKIT_DIR": str(tmp / "toolkit"), "PATH": os.defpath},
+        )
+        kw.update(config)
+        self.config = DaemonConfig(**kw)  # type: ignore[arg-type]
+        self.service = AteomService(self.config, reaper=Reaper())
+
+    def dirs(self, uid: str) -> ActorDirs:
+        root = self.actors_root / uid
+        return ActorDirs(root_dir=str(root), oci_bundle_dir=str(root / "bundles"),
+                         checkpoint_dir=str(root / "ckpt"), restore_dir=str(root / "restore"))
+
+    def bundles(self, uid: str, *apps: str) -> Path:
+        b = self.actors_root / uid / "bundles"
+        for name in ("_pause", *apps):
+            build_busybox_bundle(b / name, ["sleep", "1000"])
+        return b
+
+    def run(self, uid: str, *apps: str, devices: DeviceChoice = NO_DEVICES) -> RunRequest:
+        self.bundles(uid, *apps)
+        return RunRequest(actor=ActorRef(uid), dirs=self.dirs(uid), containers=tuple(
+            ContainerRequest(name=a, devices=devices) for a in apps))
+
+    def state_dir(self, uid: str) -> Path:
+        return Path(self.config.state_root) / uid
+
+
+@pytest.fixture
+def make_world(tmp_path: Path, gpu_spec_dir: Path):  # type: ignore[no-untyped-def]
+    def make(*, fake_kw: dict[str, object] | None = None, **config: object) -> World:
+        fake = FakeRunsc(tmp_path / "bin", **(fake_kw or {}))  # type: ignore[arg-type]
+        return World(tmp_path, gpu_spec_dir, fake, **config)
+
+    return make
+
+
+def test_run_argv_without_gpu(make_world) -> None:  # type: ignore[no-untyped-def]
+    w = make_world()
+    req = w.run("a1", "app")
+    w.service.run_workload(req)
+    assert w.fake.commands() == ["create _pause", "start _pause", "create app", "start app"]
+    root = str(w.state_dir("a1"))
+    logs = Path(w.config.log_root) / "a1"
+    create = w.fake.calls()[0]
+    assert create == [
+        "-log-format", "json", "--alsologtostderr", "-root", root,
+        "-log", str(logs / "_pause.runsc.log"), "--network=none",
+        "create", "-bundle", f"{req.dirs.oci_bundle_dir}/_pause",
+        "-pid-file", f"{root}/_pause.pid", "_pause",
+    ]
+    assert w.fake.calls()[1][-2:] == ["start", "_pause"]
+    assert not any(a.startswith("--nvproxy") for argv in w.fake.calls() for a in argv)
+    assert w.service.actors.get("a1").phase is Phase.RUNNING  # type: ignore[union-attr]
+
+
+def test_run_argv_with_gpu(make_world) -> None:  # type: ignore[no-untyped-def]
+    w = make_world(fake_kw={"global_flags": ["nvproxy", "nvproxy-driver-version"]},
+                   nvproxy_driver_version="550.54.15")
+    w.service.run_workload(w.run("g1", "app", devices=DeviceChoice()))
+    by_command = dict(zip(w.fake.commands(), w.fake.calls(), strict=True))
+    pause_create = by_command["create _pause"]
+    assert "--nvproxy" in pause_create
+    assert "--nvproxy-driver-version=550.54.15" in pause_create
+    assert not any("capabilities" in a for a in pause_create)  # not set: not passed
+    for other in ("start _pause", "create app", "start app"):
+        assert not any(a.startswith("--nvproxy") for a in by_command[other])
+    # nvproxy flags are global: before the subcommand.
+    assert pause_create.index("--nvproxy") < pause_create.index("create")
+    actor = w.service.actors.get("g1")
+    assert actor is not None and actor.devices == ("nvidia.com/gpu=0", "nvidia.com/gpu=1")
+
+
+def test_gpu_actor_refused_without_nvproxy_before_anything(make_world) -> None:  # type: ignore[no-untyped-def]
+    w = make_world(fake_kw={"version": "0.0~old"})
+    req = w.run("g2", "app", devices=DeviceChoice())
+    before = (Path(req.dirs.oci_bundle_dir) / "app" / "config.json").read_bytes()
+    with pytest.raises(AteomError) as err:
+        w.service.run_workload(req)
+    assert err.value.code is ErrorCode.FAILED_PRECONDITION
+    assert "0.0~old" in str(err.value) and "nvproxy" in str(err.value)
+    assert w.fake.commands() == []
+    assert (Path(req.dirs.oci_bundle_dir) / "app" / "config.json").read_bytes() == before
+    assert w.service.actors.get("g2") is None
+
+
+def test_failure_rolls_back_in_reverse_and_quotes_runsc_log(make_world) -> None:  # type: ignore[no-untyped-def]
+    w = make_world()
+    w.fake.fail("start app")
+    req = w.run("f1", "app")
+    bundle = Path(req.dirs.oci_bundle_dir)
+    originals = {n: (bundle / n / "config.json").read_bytes() for n in ("_pause", "app")}
+    with pytest.raises(AteomError) as err:
+        w.service.run_workload(req)
+    message = str(err.value)
+    assert err.value.code is ErrorCode.INTERNAL
+    assert "runsc start app failed" in message and "boom marker" in message
+    tail = message.split("its log ends:\n", 1)[1]
+    assert len(tail.encode()) <= 2048
+    assert w.fake.commands() == [
+        "create _pause", "start _pause", "create app", "start app",
+        "list", "kill app KILL", "kill _pause KILL", "delete app", "delete _pause",
+    ]
+    for name, data in originals.items():
+        assert (bundle / name / "config.json").read_bytes() == data
+    assert w.service.actors.get("f1") is None
+    assert not w.state_dir("f1").exists()
+
+
+def test_terminate_term_then_kill_apps_deleted_before_pause(make_world) -> None:  # type: ignore[no-untyped-def]
+    w = make_world(fake_kw={"term_stops": False})
+    w.service.run_workload(w.run("t1", "app", "side"))
+    start = len(w.fake.commands())
+    w.service.terminate_workload(TerminateRequest(actor=ActorRef("t1")))
+    after = [c for c in w.fake.commands()[start:] if not c.startswith("state ")]
+    assert after == [
+        "list",
+        "kill side TERM", "kill app TERM", "kill _pause TERM",
+        "kill side KILL", "kill app KILL", "kill _pause KILL",
+        "delete side", "delete app", "delete _pause",
+    ]
+    assert w.service.actors.get("t1") is None
+    assert not w.state_dir("t1").exists()
+    # Idempotent: a gone actor terminates fine, touching nothing.
+    n = len(w.fake.commands())
+    w.service.terminate_workload(TerminateRequest(actor=ActorRef("t1")))
+    assert len(w.fake.commands()) == n
+
+
+def test_terminate_skips_containers_runsc_no_longer_lists(make_world) -> None:  # type: ignore[no-untyped-def]
+    w = make_world()
+    w.service.run_workload(w.run("t2", "app"))
+    (w.state_dir("t2") / "app.state").unlink()  # gone behind our back
+    start = len(w.fake.commands())
+    w.service.terminate_workload(TerminateRequest(actor=ActorRef("t2")))
+    assert not any(" app" in c for c in w.fake.commands()[start:])
+    assert "delete _pause" in w.fake.commands()[start:]
+
+
+def test_checkpoint_answers_relative_files_and_frees_worker(make_world) -> None:  # type: ignore[no-untyped-def]
+    w = make_world()
+    w.service.run_workload(w.run("c1", "app"))
+    result = w.service.checkpoint_workload(CheckpointRequest(actor=ActorRef("c1"),
+                                                             dirs=w.dirs("c1")))
+    assert result.snapshot_files == ("checkpoint.img", "sub/pages.img")
+    ckpt = [c for c in w.fake.calls() if "checkpoint" in c][0]
+    assert ckpt[-4:] == ["checkpoint", "-image-path", w.dirs("c1").checkpoint_dir, "_pause"]
+    assert "-allow-connected-on-save" not in ckpt  # Debian's runsc lacks it
+    assert w.service.actors.get("c1") is None
+    assert "delete _pause" in w.fake.commands()
+
+
+def test_checkpoint_passes_allow_connected_on_save_when_supported(make_world) -> None:  # type: ignore[no-untyped-def]
+    w = make_world(fake_kw={"global_flags": ["allow-connected-on-save"]})
+    w.service.run_workload(w.run("c2"))
+    w.service.checkpoint_workload(CheckpointRequest(actor=ActorRef("c2"), dirs=w.dirs("c2")))
+    ckpt = [c for c in w.fake.calls() if "checkpoint" in c][0]
+    assert ckpt.index("-allow-connected-on-save") < ckpt.index("checkpoint")
+
+
+def test_failed_checkpoint_of_running_actor_keeps_it(make_world) -> None:  # type: ignore[no-untyped-def]
+    w = make_world()
+    w.service.run_workload(w.run("c3", "app"))
+    w.fake.fail("checkpoint _pause")
+    with pytest.raises(AteomError) as err:
+        w.service.checkpoint_workload(CheckpointRequest(actor=ActorRef("c3"),
+                                                        dirs=w.dirs("c3")))
+    assert err.value.code is ErrorCode.FAILED_PRECONDITION
+    assert "boom marker" in str(err.value) and "keeps running" in str(err.value)
+    actor = w.service.actors.get("c3")
+    assert actor is not None and actor.phase is Phase.RUNNING
+    assert not any(c.startswith("delete") for c in w.fake.commands())
+
+
+@pytest.mark.parametrize("newer", [False, True])
+def test_restore_argv_follows_the_probed_runsc(make_world, newer: bool) -> None:  # type: ignore[no-untyped-def]
+    w = make_world(fake_kw={"restore_flags": ["background"] if newer else []})
+    w.bundles("r1")
+    dirs = w.dirs("r1")
+    os.makedirs(dirs.restore_dir)
+    Path(dirs.restore_dir, "checkpoint.img").write_text("img")
+    w.service.restore_workload(RestoreRequest(actor=ActorRef("r1"), dirs=dirs,
+                                              preserve_restore_dir=True))
+    assert w.fake.commands() == ["restore _pause"]  # restore creates the container itself
+    argv = w.fake.calls()[0]
+    sub = argv[argv.index("restore"):]
+    expected = ["restore", "-bundle", f"{dirs.oci_bundle_dir}/_pause",
+                "-image-path", dirs.restore_dir,
+                "-pid-file", f"{w.state_dir('r1')}/_pause.pid"]
+    expected += ["-background"] if newer else []
+    assert sub == [*expected, "-detach", "_pause"]
+    assert Path(dirs.restore_dir).is_dir()
+    w.service.terminate_workload(TerminateRequest(actor=ActorRef("r1")))
+
+
+def test_restore_consumes_restore_dir_unless_preserved(make_world) -> None:  # type: ignore[no-untyped-def]
+    w = make_world()
+    w.bundles("r2")
+    dirs = w.dirs("r2")
+    os.makedirs(dirs.restore_dir)
+    Path(dirs.restore_dir, "checkpoint.img").write_text("img")
+    w.service.restore_workload(RestoreRequest(actor=ActorRef("r2"), dirs=dirs))
+    assert not Path(dirs.restore_dir).exists()
+
+
+def test_failed_subcontainer_restore_is_cleaned_up(make_world) -> None:  # type: ignore[no-untyped-def]
+    w = make_world()
+    w.bundles("r3", "app")
+    dirs = w.dirs("r3")
+    os.makedirs(dirs.restore_dir)
+    Path(dirs.restore_dir, "checkpoint.img").write_text("img")
+    w.fake.fail("restore app")
+    with pytest.raises(AteomError) as err:
+        w.service.restore_workload(RestoreRequest(
+            actor=ActorRef("r3"), dirs=dirs,
+            containers=(ContainerRequest("app", devices=NO_DEVICES),)))
+    assert err.value.code is ErrorCode.INTERNAL and "boom marker" in str(err.value)
+    assert "delete _pause" in w.fake.commands()
+    assert w.service.actors.get("r3") is None
+    assert Path(dirs.restore_dir).is_dir()
+
+
+def test_admission_codes(make_world) -> None:  # type: ignore[no-untyped-def]
+    w = make_world()
+    w.service.run_workload(w.run("m1"))
+    with pytest.raises(AteomError) as again:
+        w.service.run_workload(w.run("m1"))
+    assert again.value.code is ErrorCode.FAILED_PRECONDITION
+    with pytest.raises(AteomError) as full:
+        w.service.run_workload(w.run("m2"))
+    assert full.value.code is ErrorCode.RESOURCE_EXHAUSTED
+    w.service.state = "draining"
+    with pytest.raises(AteomError) as draining:
+        w.service.run_workload(w.run("m3"))
+    assert draining.value.code is ErrorCode.UNAVAILABLE
+    w.service.terminate_workload(TerminateRequest(actor=ActorRef("m1")))  # still allowed
+
+
+def test_runsc_path_must_be_configured_or_under_runsc_dir(make_world, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    w = make_world(runsc_dir=str(tmp_path / "bin"))
+    req = w.run("p1")
+    with pytest.raises(AteomError) as err:
+        w.service.run_workload(RunRequest(actor=req.actor, dirs=req.dirs, runsc_path="/bin/sh"))
+    assert err.value.code is ErrorCode.PERMISSION_DENIED
+    assert w.fake.commands() == []
+    w.service.run_workload(RunRequest(actor=req.actor, dirs=req.dirs,
+                                      runsc_path=str(w.fake.path)))
+
+
+def test_stats_codes_and_mapping(make_world) -> None:  # type: ignore[no-untyped-def]
+    w = make_world(max_actors=2)
+    assert w.service.active_workload_stats() == []  # idle never errors
+    with pytest.raises(AteomError) as missing:
+        w.service.workload_stats("nobody")
+    assert missing.value.code is ErrorCode.NOT_FOUND
+    booting = w.service.actors.admit(ActorRef("boot"), Op.RUN)
+    with pytest.raises(AteomError) as early:
+        w.service.workload_stats("boot")
+    assert early.value.code is ErrorCode.FAILED_PRECONDITION
+    w.service.actors.remove(booting)
+    booting.lock.release()
+    w.service.run_workload(w.run("s1"))
+    sample = w.service.workload_stats("s1")
+    assert sample.cpu_usage_usec == 5000
+    assert sample.memory_current_bytes == 1048576
+    assert sample.memory_peak_bytes == 2097152
+    assert sample.memory_working_set_bytes == 1048576 - 4096
+    assert [s.actor.actor_uid for s in w.service.active_workload_stats()] == ["s1"]
+
+
+def test_foreign_hooks_refused_before_side_effects(make_world) -> None:  # type: ignore[no-untyped-def]
+    w = make_world()
+    req = w.run("h1", "app")
+    cfg_path = Path(req.dirs.oci_bundle_dir) / "app" / "config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg["hooks"] = {"createRuntime": [{"path": "/bin/true"}]}
+    cfg_path.write_text(json.dumps(cfg))
+    with pytest.raises(AteomError) as err:
+        w.service.run_workload(req)
+    assert err.value.code is ErrorCode.FAILED_PRECONDITION
+    assert "hooks.createRuntime[0] (/bin/true)" in str(err.value)
+    assert w.fake.commands() == []
+
+
+def test_drain_terminates_hosted_actors(make_world) -> None:  # type: ignore[no-untyped-def]
+    w = make_world()
+    w.service.run_workload(w.run("d1", "app"))
+    w.service.drain(0.1)
+    assert w.service.state == "draining"
+    assert w.service.actors.get("d1") is None
+    assert "delete _pause" in w.fake.commands()

@@ -46,7 +46,9 @@ def merge_edits(steps: Iterable[EditStep]) -> ContainerEdits:
 
 
 def _put(out: dict[str, Any], key: str, value: Any) -> None:
-    if value is not None and value != () and value != "":
+    # None and () are "absent"; "" was written in the spec and is kept, so
+    # parsing the output gives back the same model.
+    if value is not None and value != ():
         out[key] = list(value) if isinstance(value, tuple) else value
 
 

@@ -97,7 +97,11 @@ def _key_text(key: object) -> str:
         return key
     if key is None:
         return "null"
-    return scalar_text(key)  # type: ignore[arg-type]
+    if isinstance(key, int | float):  # bool is an int
+        return scalar_text(key)
+    raise yaml.constructor.ConstructorError(
+        None, None, f"mapping key of type {type(key).__name__} (CDI keys are strings)"
+    )
 
 
 # YAML 1.1's int and float forms without base-60 ("sexagesimal") numbers:
@@ -177,31 +181,42 @@ def decode_document(text: str | bytes, path: str, fmt: SpecFormat) -> Any:
             ) from None
     if not text.strip():
         raise SpecError(path, "file is empty")
-    try:
-        if fmt == "json":
-            doc = json.loads(text, object_pairs_hook=_json_object, parse_constant=_reject_constant)
-        else:
-            doc = yaml.load(text, Loader=_SpecYamlLoader)  # noqa: S506 - a safe loader subclass
-    except _DuplicateKey as exc:
-        raise SpecError(path, f"duplicate key {exc.key!r} in JSON object") from None
-    except json.JSONDecodeError as exc:
-        raise SpecError(
-            path, f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
-        ) from None
-    except ValueError as exc:  # NaN/Infinity
-        raise SpecError(path, f"invalid JSON: {exc}") from None
-    except yaml.MarkedYAMLError as exc:
-        raise SpecError(path, f"invalid YAML: {_yaml_problem(exc)}") from None
-    except yaml.YAMLError as exc:
-        raise SpecError(path, f"invalid YAML: {exc}") from None
-    except RecursionError:
-        raise SpecError(path, "document is nested too deeply") from None
+    doc = _decode_json(text, path) if fmt == "json" else _decode_yaml(text, path)
     if doc is None:
         raise SpecError(path, "file is empty (no document)")
     if fmt == "yaml":
         # Only YAML has aliases; JSON text is a tree by construction.
         _check_walkable(doc, path)
     return doc
+
+
+def _decode_json(text: str, path: str) -> Any:
+    try:
+        return json.loads(text, object_pairs_hook=_json_object, parse_constant=_reject_constant)
+    except _DuplicateKey as exc:
+        raise SpecError(path, f"duplicate key {exc.key!r} in JSON object") from None
+    except json.JSONDecodeError as exc:
+        raise SpecError(
+            path, f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
+        ) from None
+    except ValueError as exc:  # NaN/Infinity, or an integer too long to convert
+        raise SpecError(path, f"invalid JSON: {exc}") from None
+    except RecursionError:
+        raise SpecError(path, "document is nested too deeply") from None
+
+
+def _decode_yaml(text: str, path: str) -> Any:
+    try:
+        return yaml.load(text, Loader=_SpecYamlLoader)  # noqa: S506 - a safe loader subclass
+    except yaml.MarkedYAMLError as exc:
+        raise SpecError(path, f"invalid YAML: {_yaml_problem(exc)}") from None
+    except RecursionError:
+        raise SpecError(path, "document is nested too deeply") from None
+    except Exception as exc:  # noqa: BLE001
+        # PyYAML's constructors let ValueError, TypeError and friends escape
+        # for explicitly tagged scalars (`!!int abc`, `!!float x`); any
+        # failure to decode untrusted text is the spec's fault, not ateom's.
+        raise SpecError(path, f"invalid YAML: {exc}") from None
 
 
 def _yaml_problem(exc: yaml.MarkedYAMLError) -> str:

@@ -1,0 +1,205 @@
+"""Fuzzing: no input makes parsing or validation raise anything but SpecError.
+
+Arbitrary JSON/YAML documents, arbitrary text, and mutations of the real
+bundled specs (the mutations keep most of the shape, so they reach the
+semantic pass rather than stopping at the schema).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from ateom.cdi.edits import edits_to_json
+from ateom.cdi.parse import decode_document
+from ateom.cdi.spec_file import LoadedSpec, parse_spec_text
+from ateom.errors import SpecError
+
+REPO = Path(__file__).resolve().parents[2]
+SEEDS = [
+    decode_document((REPO / "cdi_specs" / "valid" / name).read_bytes(), name, fmt)  # type: ignore[arg-type]
+    for name, fmt in [("amd.yaml", "yaml"), ("intel.json", "json"), ("example-nic.yaml", "yaml")]
+]
+FIELD_NAMES = [
+    "cdiVersion", "kind", "devices", "name", "containerEdits", "annotations", "env",
+    "deviceNodes", "mounts", "hooks", "intelRdt", "additionalGids", "netDevices", "path",
+    "hostPath", "type", "major", "minor", "fileMode", "permissions", "uid", "gid",
+    "containerPath", "options", "hookName", "args", "timeout", "closID", "schemata",
+    "enableMonitoring", "hostInterfaceName", "majr",
+]  # fmt: skip
+
+SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(max_size=12),
+    st.sampled_from(["0.3.0", "0.5.0", "v1.1.0", "vendor.com/gpu", "/dev/x", "A=1", "c", "rwm"]),
+)
+KEYS = st.one_of(st.sampled_from(FIELD_NAMES), st.text(max_size=8))
+DOCUMENTS = st.recursive(
+    SCALARS,
+    lambda children: st.one_of(
+        st.lists(children, max_size=4), st.dictionaries(KEYS, children, max_size=5)
+    ),
+    max_leaves=30,
+)
+
+FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def check(text: str | bytes, fmt: str) -> LoadedSpec | None:
+    """Parse+validate; SpecError (with a message naming the file) is the only failure."""
+    try:
+        return parse_spec_text(text, "fuzz." + fmt, fmt)  # type: ignore[arg-type]
+    except SpecError as exc:
+        assert str(exc).startswith("fuzz." + fmt + ": ")
+        assert exc.reason
+        return None
+
+
+@FUZZ
+@given(DOCUMENTS)
+def test_arbitrary_json_documents(doc: Any) -> None:
+    check(json.dumps(doc), "json")
+
+
+@FUZZ
+@given(DOCUMENTS)
+def test_arbitrary_yaml_documents(doc: Any) -> None:
+    check(yaml.safe_dump(doc), "yaml")
+
+
+@FUZZ
+@given(st.one_of(st.text(max_size=200), st.binary(max_size=200)))
+def test_arbitrary_text(text: str | bytes) -> None:
+    check(text, "json")
+    check(text, "yaml")
+
+
+@FUZZ
+@given(
+    st.lists(
+        st.sampled_from(
+            [
+                "!!int abc",
+                "!!float x",
+                "!!binary ###",
+                "!!timestamp nope",
+                "!!set {a: 1}",
+                "!!omap [a: 1]",
+                "!!python/object:os.system x",
+                "&a [*a]",
+                "? [a]\n: b",
+                "{",
+                "*x",
+                "'",
+                '"\\x"',
+                "0b12",
+                "1:0",
+                ".nan",
+                "~",
+                "- - -",
+                "a: b: c",
+                "\t",
+                "%YAML 1.1\n---",
+            ]
+        ),  # fmt: skip
+        min_size=1,
+        max_size=4,
+    )
+)
+def test_yaml_oddities(pieces: list[str]) -> None:
+    check("\n".join(f"k{i}: {p}" for i, p in enumerate(pieces)), "yaml")
+    check("\n".join(pieces), "yaml")
+
+
+def _containers(node: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    found = [path]
+    if isinstance(node, dict):
+        for key, value in node.items():
+            found += _containers(value, (*path, key))
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            found += _containers(value, (*path, i))
+    return found
+
+
+def _at(doc: Any, path: tuple[Any, ...]) -> Any:
+    for part in path:
+        doc = doc[part]
+    return doc
+
+
+MUTATION = st.sampled_from(["replace", "delete", "insert", "duplicate", "stringify", "empty"])
+
+
+@st.composite
+def mutated_specs(draw: st.DrawFn) -> Any:
+    doc = copy.deepcopy(draw(st.sampled_from(SEEDS)))
+    for _ in range(draw(st.integers(min_value=1, max_value=3))):
+        paths = _containers(doc)
+        path = draw(st.sampled_from(paths))
+        if not path:
+            continue
+        parent, last = _at(doc, path[:-1]), path[-1]
+        kind = draw(MUTATION)
+        if kind == "replace":
+            parent[last] = draw(DOCUMENTS)
+        elif kind == "delete":
+            del parent[last]
+        elif kind == "insert" and isinstance(parent, dict):
+            parent[draw(KEYS)] = draw(DOCUMENTS)
+        elif kind == "duplicate" and isinstance(parent, list):
+            parent.append(copy.deepcopy(parent[last]))
+        elif kind == "stringify":
+            parent[last] = json.dumps(parent[last])
+        elif kind == "empty":
+            parent[last] = type(parent[last])() if isinstance(parent[last], dict | list) else ""
+    return doc
+
+
+@FUZZ
+@given(mutated_specs())
+def test_mutated_real_specs(doc: Any) -> None:
+    check(json.dumps(doc), "json")
+    check(yaml.safe_dump(doc), "yaml")
+
+
+@settings(max_examples=60, deadline=None)
+@given(mutated_specs())
+def test_json_and_yaml_agree(doc: Any) -> None:
+    """The same document gives the same verdict in either format."""
+    as_json, as_yaml = check(json.dumps(doc), "json"), check(yaml.safe_dump(doc), "yaml")
+    assert (as_json is None) == (as_yaml is None)
+    if as_json is not None and as_yaml is not None:
+        assert as_json.spec.devices == as_yaml.spec.devices
+
+
+@settings(max_examples=60, deadline=None)
+@given(mutated_specs())
+def test_valid_edits_survive_a_json_round_trip(doc: Any) -> None:
+    """edits_to_json writes what the parser reads back: nothing lost or invented."""
+    loaded = check(json.dumps(doc), "json")
+    assume(loaded is not None)
+    assert loaded is not None
+    spec = loaded.spec
+    rewritten = {
+        "cdiVersion": spec.version,
+        "kind": spec.kind,
+        "devices": [
+            {"name": d.name, "containerEdits": edits_to_json(d.container_edits)}
+            | ({"annotations": dict(d.annotations)} if d.annotations else {})
+            for d in spec.devices
+        ],
+        "containerEdits": edits_to_json(spec.container_edits),
+    } | ({"annotations": dict(spec.annotations)} if spec.annotations else {})
+    again = parse_spec_text(json.dumps(rewritten), "fuzz.json", "json").spec
+    assert again.devices == spec.devices
+    assert again.container_edits == spec.container_edits

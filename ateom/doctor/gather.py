@@ -61,9 +61,18 @@ def _dir(path: str) -> DirFact:
 
 
 def tool_fact(toolkit_dir: str, name: str) -> ToolFact:
-    """`name` in the toolkit dir, ``name.real`` preferred (stats and reads 2 bytes)."""
+    """`name` in the toolkit dir, ``name.real`` preferred (stats and reads 2 bytes).
+
+    The hook binary is chosen by the injector's own rule, so the doctor checks
+    the very file kept hooks will run.
+    """
+    from ateom.inject.options import nvidia_hook_binary
+
     real = os.path.join(toolkit_dir, name + ".real")
-    path = real if os.path.exists(real) else os.path.join(toolkit_dir, name)
+    if name == "nvidia-cdi-hook":
+        path = nvidia_hook_binary(toolkit_dir)
+    else:
+        path = real if os.path.exists(real) else os.path.join(toolkit_dir, name)
     if not os.path.isfile(path):
         return ToolFact(name, path, exists=False)
     try:

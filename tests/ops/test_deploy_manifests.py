@@ -109,3 +109,14 @@ def test_drain_fits_in_the_termination_grace(pod: dict[str, Any], ateom: dict[st
 def test_metrics_port_matches_the_listen_address(ateom: dict[str, Any]) -> None:
     port = int(env_of(ateom)["ATEOM_METRICS_LISTEN"].rpartition(":")[2])
     assert {"name": "metrics", "containerPort": port, "protocol": "TCP"} in ateom["ports"]
+
+
+def test_pod_monitor_selects_the_worker_and_its_metrics_port(
+    pod: dict[str, Any], ateom: dict[str, Any]
+) -> None:
+    (monitor,) = [d for _, d in all_documents() if d.get("kind") == "PodMonitor"]
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= pod["metadata"]["labels"].items()
+    ports = {p["name"] for p in ateom["ports"]}
+    for endpoint in monitor["spec"]["podMetricsEndpoints"]:
+        assert endpoint["port"] in ports

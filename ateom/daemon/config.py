@@ -41,6 +41,7 @@ class DaemonConfig:
     pause_container: str = DEFAULT_PAUSE_CONTAINER
     driver_root: str = "/usr/local/nvidia"
     runsc_timeout: float = 120.0
+    metrics_listen: str = ""
     env: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -92,6 +93,8 @@ _FLAGS: tuple[tuple[str, str, str, object, str], ...] = (
      "NVIDIA driver root for nvidia-ctk cdi generate (bin/, lib64/)"),
     ("--runsc-timeout", "ATEOM_RUNSC_TIMEOUT", "float", 120.0,
      "seconds one runsc command may take before it is killed"),
+    ("--metrics-listen", "ATEOM_METRICS_LISTEN", "str", "",
+     "serve Prometheus metrics on HOST:PORT (off unless set)"),
 )
 
 

@@ -159,12 +159,20 @@ def serve(config: DaemonConfig, service: AteomService | None = None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     started = time.perf_counter()
+    metrics_server = None
+    if config.metrics_listen:
+        from ateom.metrics import start_daemon_metrics
+
+        metrics_server = start_daemon_metrics(config.metrics_listen, service)
+        log.info("metrics", listen=config.metrics_listen, port=metrics_server.port)
     running = start_server(config, service)
     log.info("ready", startup_ms=round((time.perf_counter() - started) * 1000, 3))
-    while not stop.wait(0.5):
+    while not stop.wait(0.2):
         pass
     running.set_serving(False)
     service.drain(config.shutdown_grace)
     running.stop(grace=1.0)
+    if metrics_server is not None:
+        metrics_server.close()
     log.info("stopped")
     return 0

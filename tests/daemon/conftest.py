@@ -29,7 +29,7 @@ def daemon(world: World) -> Iterator[Daemon]:
     real_dir.mkdir(exist_ok=True)
     if not (real_dir / "runsc").exists():
         (real_dir / "runsc").symlink_to(RUNSC or "/usr/bin/runsc")
-    d = Daemon(world, str(world.shim), runsc_dir=str(real_dir))
+    d = Daemon(world, str(world.shim), runsc_dir=str(real_dir), metrics_listen="127.0.0.1:0")
     try:
         yield d
     finally:

@@ -350,6 +350,17 @@ def test_grpcurl_as_an_operator(world: World, daemon: Daemon, clean: None) -> No
     assert health["status"] == "SERVING"
 
 
+def test_metrics_see_the_rpc_and_phase_seams(daemon: Daemon) -> None:
+    import urllib.request
+
+    daemon.stub.TerminateWorkload(pb.TerminateWorkloadRequest(actor_uid="nobody"), timeout=60)
+    [event] = [e for e in daemon.log_events() if e.get("event") == "metrics"]
+    with urllib.request.urlopen(f"http://127.0.0.1:{event['port']}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    assert 'ateom_rpc_requests_total{code="OK",method="TerminateWorkload"}' in text
+    assert 'phase="validate"' in text
+
+
 def test_socket_permissions(world: World, daemon: Daemon) -> None:
     st = os.stat(world.socket)
     assert oct(st.st_mode & 0o777) == oct(0o660)

@@ -1,0 +1,114 @@
+"""The gRPC layer in-process: socket handling, health, code translation (fake runsc)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import stat
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from ateom._proto import ateom_pb2 as pb
+from ateom._proto import ateom_pb2_grpc as pb_grpc
+from ateom.daemon.config import DaemonConfig
+from ateom.daemon.gpu import SpecGenerator
+from ateom.daemon.reaper import Reaper
+from ateom.daemon.server import prepare_socket, start_server
+from ateom.daemon.service import AteomService
+from ateom.errors import AteomError, ErrorCode
+from tests.daemon.fake_runsc import FakeRunsc
+
+
+@pytest.fixture
+def running(tmp_path: Path):  # type: ignore[no-untyped-def]
+    fake = FakeRunsc(tmp_path / "bin")
+    sock = tmp_path / "run" / "sock" / "ateom.sock"
+    sock.parent.mkdir(parents=True)
+    stale = socket.socket(socket.AF_UNIX)
+    stale.bind(str(sock))  # a stale socket from a previous daemon
+    stale.close()
+    config = DaemonConfig(actors_root=str(tmp_path / "actors"), runsc=str(fake.path),
+                          run_dir=str(tmp_path / "run"), socket=str(sock),
+                          gpu_glob=str(tmp_path / "none*"))
+    service = AteomService(config, reaper=Reaper())
+    server = start_server(config, service)
+    channel = grpc.insecure_channel(f"unix:{sock}")
+    yield server, channel, sock
+    channel.close()
+    server.stop(grace=0)
+    assert not sock.exists()  # removed on exit
+
+
+def test_socket_health_and_codes(running) -> None:  # type: ignore[no-untyped-def]
+    server, channel, sock = running
+    assert stat.S_ISSOCK(os.stat(sock).st_mode)
+    assert stat.S_IMODE(os.stat(sock).st_mode) == 0o660
+    assert stat.S_IMODE(os.stat(sock.parent).st_mode) == 0o700
+    health = health_pb2_grpc.HealthStub(channel)
+    for name in ("", "ateom.Ateom", "ateom.Inspect"):
+        resp = health.Check(health_pb2.HealthCheckRequest(service=name))
+        assert resp.status == health_pb2.HealthCheckResponse.SERVING
+    stub = pb_grpc.AteomStub(channel)
+    with pytest.raises(grpc.RpcError) as err:
+        stub.CheckpointWorkload(pb.CheckpointWorkloadRequest(
+            actor_uid="ghost", actor_dirs=pb.ActorDirs(
+                checkpoint_dir=server.service.config.actors_root + "/ghost/c")))
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND and "ghost" in err.value.details()
+    with pytest.raises(grpc.RpcError) as err:
+        stub.GetWorkloadStats(pb.GetWorkloadStatsRequest(actor_uid="ghost"))
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND
+    assert not stub.GetActiveWorkloadStats(pb.GetActiveWorkloadStatsRequest()).samples
+    stub.TerminateWorkload(pb.TerminateWorkloadRequest(actor_uid="ghost"))  # idempotent
+
+    server.set_serving(False)
+    server.service.state = "draining"
+    resp = health.Check(health_pb2.HealthCheckRequest(service=""))
+    assert resp.status == health_pb2.HealthCheckResponse.NOT_SERVING
+    with pytest.raises(grpc.RpcError) as err:
+        stub.RunWorkload(pb.RunWorkloadRequest(actor_uid="late"))
+    assert err.value.code() == grpc.StatusCode.UNAVAILABLE and "draining" in err.value.details()
+    status = pb_grpc.InspectStub(channel).GetStatus(pb.GetStatusRequest())
+    assert status.state == "draining" and status.runsc.version == "fake-1"
+    assert not status.runsc.supports_nvproxy and not status.gpu_present
+
+
+def test_refuses_to_replace_a_non_socket(tmp_path: Path) -> None:
+    victim = tmp_path / "important.txt"
+    victim.write_text("keep")
+    with pytest.raises(AteomError) as err:
+        prepare_socket(str(victim))
+    assert err.value.code is ErrorCode.FAILED_PRECONDITION
+    assert victim.read_text() == "keep"
+
+
+def _fake_ctk(driver_root: Path, script: str) -> None:
+    (driver_root / "bin").mkdir(parents=True, exist_ok=True)
+    tool = driver_root / "bin" / "nvidia-ctk"
+    tool.write_text("#!/bin/sh\n" + script)
+    tool.chmod(0o755)
+
+
+def test_spec_generation_runs_once_and_failures_are_not_remembered(tmp_path: Path) -> None:
+    driver = tmp_path / "driver"
+    calls = tmp_path / "calls"
+    _fake_ctk(driver, f'echo "$@" >> {calls}; echo driver not loaded >&2; exit 1\n')
+    gen = SpecGenerator(Reaper(), str(driver), str(tmp_path / "out"), {"PATH": os.defpath})
+    with pytest.raises(AteomError, match="driver not loaded") as err:
+        gen.ensure()
+    assert err.value.code is ErrorCode.FAILED_PRECONDITION
+    # The real binary is preferred over the wrapper, and a failure is retried.
+    _fake_ctk(driver, "")
+    real = driver / "bin" / "nvidia-ctk.real"
+    real.write_text(f'#!/bin/sh\necho "$@" >> {calls}\n'
+                    'for a; do case "$a" in --output=*) echo "{}" > "${a#--output=}";; esac; done\n')
+    real.chmod(0o755)
+    out = gen.ensure()
+    assert out == str(tmp_path / "out" / "nvidia.json") and Path(out).exists()
+    assert gen.ensure() == out
+    lines = calls.read_text().splitlines()
+    assert len(lines) == 2
+    assert lines[1] == (f"cdi generate --format=json --library-search-path={driver}/lib64"
+                        f" --output={out}")

@@ -102,8 +102,10 @@ def test_spec_generation_runs_once_and_failures_are_not_remembered(tmp_path: Pat
     # The real binary is preferred over the wrapper, and a failure is retried.
     _fake_ctk(driver, "")
     real = driver / "bin" / "nvidia-ctk.real"
-    real.write_text(f'#!/bin/sh\necho "$@" >> {calls}\n'
-                    'for a; do case "$a" in --output=*) echo "{}" > "${a#--output=}";; esac; done\n')
+    real.write_text(
+        f'#!/bin/sh\necho "$@" >> {calls}\n'
+        'for a; do case "$a" in --output=*) echo "{}" > "${a#--output=}";; esac; done\n'
+    )
     real.chmod(0o755)
     out = gen.ensure()
     assert out == str(tmp_path / "out" / "nvidia.json") and Path(out).exists()

@@ -1,11 +1,10 @@
 """`ateom serve` with ``--metrics-listen`` wired the way the daemon should wire it.
 
-    python -m tests.ops.metrics_daemon --metrics-listen 127.0.0.1:0 \\
-        --metrics-port-file FILE <ateom serve flags...>
+    python -m tests.ops.metrics_daemon <ateom serve flags...> --metrics-listen HOST:PORT
 
-The daemon's own command line has no --metrics-listen yet; this launcher is
-the two lines it needs (`start_daemon_metrics` before serving, `close` after),
-so the e2e test exercises exactly the proposed wiring.
+Used by the e2e test only while `ateom serve` lacks --metrics-listen: it is the
+two lines the daemon needs (`start_daemon_metrics` before serving, `close`
+after), so the test exercises exactly that wiring either way.
 """
 
 from __future__ import annotations
@@ -23,15 +22,15 @@ from ateom.metrics import start_daemon_metrics
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="metrics_daemon")
     daemon_config.add_flags(parser)
-    parser.add_argument("--metrics-listen", required=True)
-    parser.add_argument("--metrics-port-file", required=True)
+    if not any(flag == "--metrics-listen" for flag, *_ in daemon_config._FLAGS):
+        parser.add_argument("--metrics-listen", required=True)
     args = parser.parse_args(argv)
+    listen = args.metrics_listen
+    args.metrics_listen = None  # a daemon that has the flag must not serve it twice
     config = daemon_config.from_args(args)
     configure_logging(config.log_format, config.log_level)
     service = AteomService(config)
-    metrics_server = start_daemon_metrics(args.metrics_listen, service)
-    with open(args.metrics_port_file, "w") as f:
-        f.write(str(metrics_server.port))
+    metrics_server = start_daemon_metrics(listen, service)
     try:
         return serve(config, service)
     finally:

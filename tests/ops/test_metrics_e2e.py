@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -39,24 +39,37 @@ def sample(text: str, name: str, **labels: str) -> float:
     return 0.0
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def daemon_has_metrics_flag() -> bool:
+    from ateom.daemon.config import _FLAGS
+
+    return any(flag == "--metrics-listen" for flag, *_ in _FLAGS)
+
+
 class MetricsDaemon:
     def __init__(self, base: Path) -> None:
         from tests.daemon.harness import World
 
         self.world = World(base)
-        self.port_file = base / "metrics-port"
         self.log = open(base / "daemon.log", "wb")  # noqa: SIM115
-        serve_args = self.world.daemon_args(str(self.world.shim))
-        args = serve_args[serve_args.index("serve") + 1:]  # the flags only
+        port = free_port()
+        argv = self.world.daemon_args(str(self.world.shim))
+        argv += ["--metrics-listen", f"127.0.0.1:{port}"]
+        if not daemon_has_metrics_flag():
+            # Until `ateom serve` has the flag: the launcher wires it the same way.
+            argv[argv.index("ateom"):argv.index("serve") + 1] = ["tests.ops.metrics_daemon"]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.ops.metrics_daemon", *args,
-             "--metrics-listen", "127.0.0.1:0", "--metrics-port-file", str(self.port_file)],
-            cwd=REPO, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            argv, cwd=REPO, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             env={**os.environ, "ATEOM_NVIDIA_TOOLKIT_DIR": str(base / "toolkit")},
         )
         self.channel = grpc.insecure_channel(f"unix:{self.world.socket}")
         self._wait_serving()
-        self.url = f"http://127.0.0.1:{self.port_file.read_text()}/metrics"
+        self.url = f"http://127.0.0.1:{port}/metrics"
 
     def _wait_serving(self, timeout: float = 30.0) -> None:
         from grpc_health.v1 import health_pb2, health_pb2_grpc

@@ -21,8 +21,12 @@ Directory semantics (the CDI reference's, with its sharp edges filed off):
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
+import stat
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -76,9 +80,12 @@ class SpecSource:
     kind: str | None = None
 
 
-def _natural_key(text: str) -> tuple[Any, ...]:
-    # "gpu2" before "gpu10": device lists read the way an operator counts.
-    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", text))
+def _device_order(name: str) -> tuple[Any, ...]:
+    # Index-like names ("2", "10", "0:1") in numeric order first, the way an
+    # operator counts GPUs; everything else (UUIDs, "all") alphabetically.
+    if re.fullmatch(r"\d+(?::\d+)*", name):
+        return (0, tuple(int(p) for p in name.split(":")))
+    return (1, name)
 
 
 def _one_line(error: SpecError, limit: int = 3) -> str:
@@ -86,6 +93,57 @@ def _one_line(error: SpecError, limit: int = 3) -> str:
     shown = "; ".join(f"{p.field}: {p.reason}" if p.field else p.reason for p in problems[:limit])
     more = len(problems) - limit
     return shown + (f" (and {more} more)" if more > 0 else "")
+
+
+class SpecCache:
+    """Outcomes of reading spec files, by file identity; thread-safe.
+
+    The daemon loads the registry for every actor it starts; with a handful
+    of unchanged spec files, a stat per file replaces reading, decoding and
+    validating each (~4 ms for an 8-GPU spec). A file's identity is its
+    device, inode, size, mtime and ctime: any write changes ctime, and
+    generators replace specs by rename, which changes the inode. Entries are
+    immutable, so sharing them between registries is safe.
+    """
+
+    def __init__(self, max_entries: int = 256) -> None:
+        self.max_entries = max_entries
+        self._entries: OrderedDict[str, tuple[tuple[int, ...], SpecSource]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def read(self, path: str, priority: int) -> SpecSource | None:
+        """The spec at `path` as a SpecSource of `priority`, or None for a
+        directory (stats the file; reads it only when it changed)."""
+        try:
+            st = os.stat(path)
+        except OSError:
+            return _read_source(path, priority)  # reports the error the same way
+        if stat.S_ISDIR(st.st_mode):
+            return None
+        identity = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        with self._lock:
+            hit = self._entries.get(path)
+            if hit is not None and hit[0] == identity:
+                self._entries.move_to_end(path)
+                return dataclasses.replace(hit[1], priority=priority)
+        source = _read_source(path, priority)
+        with self._lock:
+            self._entries[path] = (identity, source)
+            self._entries.move_to_end(path)
+            while len(self._entries) > self.max_entries:
+                self._entries.popitem(last=False)
+        return source
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+# The cache `Registry.load` uses unless told otherwise: one per process.
+SHARED_SPEC_CACHE = SpecCache()
 
 
 @dataclass(frozen=True)
@@ -114,10 +172,15 @@ class Registry:
     # -- building -----------------------------------------------------------
 
     @classmethod
-    def load(cls, spec_dirs: Sequence[str]) -> Registry:
+    def load(
+        cls, spec_dirs: Sequence[str], *, cache: SpecCache | None = SHARED_SPEC_CACHE
+    ) -> Registry:
         """Read every spec in `spec_dirs` (lowest priority first); reads files.
 
         Never raises for a bad spec or directory: those land in `spec_errors`.
+        Files unchanged since an earlier load (same inode, size, mtime and
+        ctime) come from `cache` without being read; pass ``cache=None`` to
+        read everything.
         """
         dirs = tuple(spec_dirs)
         sources: list[SpecSource] = []
@@ -133,10 +196,16 @@ class Registry:
                 )
                 continue
             for name in names:
-                path = os.path.join(directory, name)
-                if format_for_path(name) is None or os.path.isdir(path):
+                if format_for_path(name) is None:
                     continue
-                sources.append(_read_source(path, priority))
+                path = os.path.join(directory, name)
+                if cache is None:
+                    if not os.path.isdir(path):
+                        sources.append(_read_source(path, priority))
+                    continue
+                source = cache.read(path, priority)
+                if source is not None:
+                    sources.append(source)
         return cls.from_sources(dirs, sources, dir_errors)
 
     @classmethod
@@ -296,7 +365,7 @@ class Registry:
             )
         have = sorted(
             {q.partition("=")[2] for q in self._devices if q.partition("=")[0] == kind},
-            key=_natural_key,
+            key=_device_order,
         )
         listed = ", ".join(have[:_MAX_LISTED_DEVICES])
         if len(have) > _MAX_LISTED_DEVICES:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from ateom.cdi.registry import DEFAULT_SPEC_DIRS, Registry, default_spec_dirs
+from ateom.cdi.registry import DEFAULT_SPEC_DIRS, Registry, SpecCache, default_spec_dirs
 from ateom.errors import ResolutionError
 
 
@@ -214,3 +214,51 @@ def test_warnings_are_collected(tmp_path: Path) -> None:
         "device node path 'dev/x' is not absolute",
     )
     assert [d.qualified_name for d in registry.devices()] == ["v.com/gpu=0"]
+
+
+# -- the spec cache ---------------------------------------------------------------
+
+
+def test_unchanged_specs_come_from_the_cache(tmp_path: Path) -> None:
+    cache = SpecCache()
+    write(tmp_path, "gpu.json", spec("v.com/gpu", "0"))
+    first = Registry.load([str(tmp_path)], cache=cache)
+    second = Registry.load([str(tmp_path / "other"), str(tmp_path)], cache=cache)
+    assert len(cache) == 1
+    assert second.device("v.com/gpu=0").spec is first.device("v.com/gpu=0").spec  # type: ignore[union-attr]
+    assert second.device("v.com/gpu=0").priority == 1  # type: ignore[union-attr]
+    uncached = Registry.load([str(tmp_path)], cache=None)
+    assert uncached.device("v.com/gpu=0").spec is not first.device("v.com/gpu=0").spec  # type: ignore[union-attr]
+    assert uncached.device("v.com/gpu=0").spec == first.device("v.com/gpu=0").spec  # type: ignore[union-attr]
+
+
+def test_a_rewritten_spec_is_read_again_even_with_the_same_size_and_mtime(tmp_path: Path) -> None:
+    cache = SpecCache()
+    path = write(tmp_path, "gpu.json", spec("v.com/gpu", "0"))
+    before = os.stat(path)
+    assert Registry.load([str(tmp_path)], cache=cache).device("v.com/gpu=0")
+    write(tmp_path, "gpu.json", spec("v.com/gpu", "1"))  # same length
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert os.stat(path).st_size == before.st_size
+    registry = Registry.load([str(tmp_path)], cache=cache)
+    assert [d.qualified_name for d in registry.devices()] == ["v.com/gpu=1"]
+
+
+def test_broken_specs_are_cached_until_fixed(tmp_path: Path) -> None:
+    cache = SpecCache()
+    path = write(tmp_path, "gpu.json", "{")
+    assert path in Registry.load([str(tmp_path)], cache=cache).spec_errors
+    assert path in Registry.load([str(tmp_path)], cache=cache).spec_errors
+    write(tmp_path, "gpu.json", spec("v.com/gpu", "0", "1"))
+    registry = Registry.load([str(tmp_path)], cache=cache)
+    assert not registry.spec_errors and len(registry.devices()) == 2
+
+
+def test_cache_is_bounded(tmp_path: Path) -> None:
+    cache = SpecCache(max_entries=3)
+    for i in range(5):
+        write(tmp_path, f"s{i}.json", spec(f"v.com/c{i}", "0"))
+    assert len(Registry.load([str(tmp_path)], cache=cache).devices()) == 5
+    assert len(cache) == 3
+    cache.clear()
+    assert len(cache) == 0

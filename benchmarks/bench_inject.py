@@ -30,8 +30,19 @@ import time
 
 import structlog
 
+from ateom.cdi.model import Resolution
 from ateom.cdi.registry import Registry
-from ateom.inject import SonameCache, gvisor_nvidia_options, inject_devices
+from ateom.inject import (
+    InjectOptions,
+    LinkPool,
+    SonameCache,
+    SonameLink,
+    gvisor_nvidia_options,
+    inject_devices,
+    merge_edits,
+)
+from ateom.inject.injector import gather_host_facts
+from ateom.inject.soname import plan_soname_links
 
 
 def _created_paths(rootfs: str) -> set[str]:
@@ -41,6 +52,16 @@ def _created_paths(rootfs: str) -> set[str]:
         for name in dirnames + filenames:
             seen.add(os.path.join(dirpath, name))
     return seen
+
+
+def _all_links(bundle: str, resolution: Resolution, options: InjectOptions,
+               cache: SonameCache) -> list[SonameLink]:
+    """Every SONAME link the injection stages into an empty rootfs."""
+    with open(os.path.join(bundle, "config.json"), "rb") as f:
+        config = json.load(f)
+    merged = merge_edits(config, resolution, gather_host_facts(resolution), options)
+    sonames = {src: cache.lookup(src) for _, src, _ in merged.mounts}
+    return plan_soname_links(merged.mounts, sonames)[0]
 
 
 def _restore(bundle: str, pristine: bytes, rootfs: str, baseline: set[str]) -> None:
@@ -61,6 +82,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", required=True, action="append")
     ap.add_argument("-n", type=int, default=200)
     ap.add_argument("--cold", action="store_true", help="empty the SONAME cache before each op")
+    ap.add_argument("--link-pool", metavar="DIR",
+                    help="stage links as hard links to a LinkPool in DIR (same filesystem "
+                         "as the bundle); --cold empties it before each op")
     a = ap.parse_args(argv)
 
     # Dropped hooks are logged on every op; the benchmark measures the work, not the console.
@@ -69,18 +93,32 @@ def main(argv: list[str] | None = None) -> int:
     with open(os.path.join(bundle, "config.json.orig"), "rb") as f:
         pristine = f.read()
     rootfs = os.path.join(bundle, json.loads(pristine).get("root", {}).get("path", "rootfs"))
-    baseline = _created_paths(rootfs)
     registry = Registry.load(a.spec_dir)
     options = gvisor_nvidia_options()
     cache = SonameCache()
+    with open(os.path.join(bundle, "config.json"), "wb") as f:
+        f.write(pristine)
+    stale = [lk.path for lk in _all_links(bundle, registry.resolve(a.device), options, cache)
+             if os.path.lexists(rootfs + lk.path)]
+    if stale:
+        # Restoring to a rootfs that already holds the links would time an op
+        # that stages nothing: figures would not compare with a fresh fixture.
+        raise SystemExit(f"{rootfs} already holds SONAME links from an earlier injection "
+                         f"({stale[0]}, ...); rebuild the fixture with make_gpu_fixture.py --force")
+    baseline = _created_paths(rootfs)
 
+    pool = LinkPool(a.link_pool) if a.link_pool else None
     samples = []
     for i in range(a.n + 1):
         _restore(bundle, pristine, rootfs, baseline)
         if a.cold:
             cache.clear()
+            if a.link_pool:
+                shutil.rmtree(a.link_pool)
+                pool = LinkPool(a.link_pool)
         t0 = time.perf_counter_ns()
-        inject_devices(bundle, registry.resolve(a.device), options, soname_cache=cache)
+        inject_devices(bundle, registry.resolve(a.device), options, soname_cache=cache,
+                       link_pool=pool)
         elapsed = time.perf_counter_ns() - t0
         if i > 0 or a.cold:  # the first warm op fills the cache: not a warm sample
             samples.append(elapsed / 1000)

@@ -4,6 +4,7 @@
 - `merge`: the pure merge of CDI edits into an OCI config.
 - `soname`: DT_SONAME reads (pyelftools), their cache, the links they need.
 - `rootfs`: filesystem access confined to a rootfs (openat2 RESOLVE_IN_ROOT).
+- `linkpool`: opt-in pooled symlink inodes, hard-linked in (fast staging).
 - `injector`: `plan_injection` / `apply_plan` / `inject_devices`, the shell.
 - `cli`: ``ateom inject``.
 """
@@ -15,6 +16,7 @@ from ateom.inject.injector import (
     plan_injection,
     serialize_config,
 )
+from ateom.inject.linkpool import LinkPool
 from ateom.inject.merge import (
     ANNOTATION_KEY,
     DroppedHook,
@@ -41,6 +43,7 @@ __all__ = [
     "HostNode",
     "InjectOptions",
     "InjectionPlan",
+    "LinkPool",
     "MergeResult",
     "SkippedLibrary",
     "SonameCache",

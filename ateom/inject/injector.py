@@ -23,6 +23,7 @@ import structlog
 
 from ateom.cdi.model import Resolution
 from ateom.errors import InjectionError
+from ateom.inject.linkpool import LinkPool
 from ateom.inject.merge import (
     DroppedHook,
     HostFacts,
@@ -284,12 +285,15 @@ def _write_atomically(path: str, data: bytes) -> None:
         os.close(dir_fd)
 
 
-def apply_plan(plan: InjectionPlan, *, use_openat2: bool | None = None) -> None:
+def apply_plan(plan: InjectionPlan, *, use_openat2: bool | None = None,
+               link_pool: LinkPool | None = None) -> None:
     """Carry out `plan`: stage its symlinks in the rootfs, then replace config.json.
 
     The config is written last, so it is the commit point: a failure while
     staging links leaves the old config (and links that a retry keeps). A
-    config changed since planning is refused rather than overwritten.
+    config changed since planning is refused rather than overwritten. With
+    `link_pool`, links are hard links to pooled symlink inodes (fast; see
+    `ateom.inject.linkpool` for the trade-off).
     """
     if not plan.changed:
         return
@@ -311,7 +315,7 @@ def apply_plan(plan: InjectionPlan, *, use_openat2: bool | None = None) -> None:
                 try:
                     for link in group:
                         try:
-                            root.place_symlink(fd, link.name, link.target)
+                            root.place_symlink(fd, link.name, link.target, link_pool)
                         except OSError as e:
                             raise InjectionError(
                                 f"{plan.rootfs}: cannot stage SONAME link {link.path} -> "
@@ -332,11 +336,12 @@ def inject_devices(
     *,
     dry_run: bool = False,
     soname_cache: SonameCache | None = None,
+    link_pool: LinkPool | None = None,
 ) -> InjectionPlan:
     """Plan the injection and, unless `dry_run`, apply it; returns the plan."""
     plan = plan_injection(bundle_dir, resolution, options, soname_cache=soname_cache)
     if not dry_run:
-        apply_plan(plan)
+        apply_plan(plan, link_pool=link_pool)
         log.debug("devices_injected", bundle=plan.bundle_dir, devices=list(plan.devices),
                   links=len(plan.symlinks), changed=plan.changed)
     return plan

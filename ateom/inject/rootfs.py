@@ -21,6 +21,7 @@ import uuid
 from dataclasses import dataclass
 
 from ateom.errors import InjectionError
+from ateom.inject.linkpool import LinkPool
 
 _RESOLVE_NO_MAGICLINKS = 0x02
 _RESOLVE_IN_ROOT = 0x10
@@ -187,13 +188,22 @@ class ConfinedRoot:
         return Entry("dir" if stat.S_ISDIR(st.st_mode) else "other")
 
     @staticmethod
-    def place_symlink(dir_fd: int, name: str, target: str) -> bool:
+    def place_symlink(dir_fd: int, name: str, target: str,
+                      pool: LinkPool | None = None) -> bool:
         """Make `name` in `dir_fd` a symlink to `target`, atomically; True if changed.
 
         A link already pointing at `target` is left alone. A file or a
         symlink elsewhere is replaced by rename (the old name never dangles);
-        a directory is refused. `name` must be a bare file name.
+        a directory is refused. `name` must be a bare file name. With a
+        `pool`, the link is a hard link to the pool's symlink inode when the
+        filesystems allow it (see `ateom.inject.linkpool`).
         """
+
+        def make(at: str) -> None:
+            if pool is None or not bare_target or not pool.link(target, dir_fd, at):
+                os.symlink(target, at, dir_fd=dir_fd)
+
+        bare_target = "/" not in target and target not in ("", ".", "..")
         if "/" in name or name in ("", ".", ".."):
             raise InjectionError(f"refusing symlink name {name!r}: not a bare file name")
         current = ConfinedRoot.entry(dir_fd, name)
@@ -203,12 +213,12 @@ class ConfinedRoot:
             raise InjectionError(f"cannot place symlink {name} -> {target}: a directory is there")
         if current.kind == "missing":
             try:
-                os.symlink(target, name, dir_fd=dir_fd)
+                make(name)
                 return True
             except FileExistsError:
                 pass  # appeared since we looked: replace it below
         tmp = f".{name}.ateom-{uuid.uuid4().hex[:8]}"
-        os.symlink(target, tmp, dir_fd=dir_fd)
+        make(tmp)
         try:
             os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
         except OSError:

@@ -1,9 +1,9 @@
 """The metrics scrape moves when a real GPU actor runs under real runsc.
 
-`ateom serve` (with the proposed --metrics-listen wiring, tests/ops/metrics_daemon.py)
-runs a simulated-GPU actor through the daemon suite's world (busybox bundles, fake ELF
-driver libraries, a runsc shim reporting nvproxy in front of Debian's runsc); the scrape
-is parsed with prometheus_client's parser before, while hosted, and after Terminate.
+`ateom serve --metrics-listen` runs a simulated-GPU actor through the daemon suite's
+world (busybox bundles, fake ELF driver libraries, a runsc shim reporting nvproxy in front
+of Debian's runsc); the scrape is parsed with prometheus_client's parser before, while
+hosted, and after Terminate.
 """
 
 from __future__ import annotations
@@ -45,12 +45,6 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def daemon_has_metrics_flag() -> bool:
-    from ateom.daemon.config import _FLAGS
-
-    return any(flag == "--metrics-listen" for flag, *_ in _FLAGS)
-
-
 class MetricsDaemon:
     def __init__(self, base: Path) -> None:
         from tests.daemon.harness import World
@@ -60,9 +54,6 @@ class MetricsDaemon:
         port = free_port()
         argv = self.world.daemon_args(str(self.world.shim))
         argv += ["--metrics-listen", f"127.0.0.1:{port}"]
-        if not daemon_has_metrics_flag():
-            # Until `ateom serve` has the flag: the launcher wires it the same way.
-            argv[argv.index("ateom"):argv.index("serve") + 1] = ["tests.ops.metrics_daemon"]
         self.proc = subprocess.Popen(
             argv, cwd=REPO, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             env={**os.environ, "ATEOM_NVIDIA_TOOLKIT_DIR": str(base / "toolkit")},

@@ -24,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-import stat
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
@@ -34,8 +33,8 @@ from typing import Any
 
 from ateom.cdi.model import Device, EditStep, Resolution, Spec
 from ateom.cdi.names import parse_qualified_name
-from ateom.cdi.parse import decode_document
-from ateom.cdi.spec_file import LoadedSpec, format_for_path, load_spec, spec_problems
+from ateom.cdi.parse import SpecFormat, decode_document
+from ateom.cdi.spec_file import LoadedSpec, format_for_path, parse_spec_text, spec_problems
 from ateom.errors import QualifiedNameError, ResolutionError, SpecError
 
 DEFAULT_SPEC_DIRS: tuple[str, ...] = ("/etc/cdi", "/var/run/cdi")
@@ -96,39 +95,37 @@ def _one_line(error: SpecError, limit: int = 3) -> str:
 
 
 class SpecCache:
-    """Outcomes of reading spec files, by file identity; thread-safe.
+    """Validated specs by file content; thread-safe.
 
-    The daemon loads the registry for every actor it starts; with a handful
-    of unchanged spec files, a stat per file replaces reading, decoding and
-    validating each (~4 ms for an 8-GPU spec). A file's identity is its
-    device, inode, size, mtime and ctime: any write changes ctime, and
-    generators replace specs by rename, which changes the inode. Entries are
-    immutable, so sharing them between registries is safe.
+    The daemon loads the registry for every actor it starts. With the cache,
+    an unchanged spec costs reading its bytes and one comparison instead of
+    decoding and validating it again (~4 ms for an 8-GPU spec). It compares
+    content, not stat data: file timestamps tick per jiffy, so a same-size
+    rewrite within a few milliseconds would look unchanged to stat. Entries
+    are immutable, so registries share them safely.
     """
 
     def __init__(self, max_entries: int = 256) -> None:
         self.max_entries = max_entries
-        self._entries: OrderedDict[str, tuple[tuple[int, ...], SpecSource]] = OrderedDict()
+        self._entries: OrderedDict[str, tuple[bytes, SpecSource]] = OrderedDict()
         self._lock = threading.Lock()
 
     def read(self, path: str, priority: int) -> SpecSource | None:
         """The spec at `path` as a SpecSource of `priority`, or None for a
-        directory (stats the file; reads it only when it changed)."""
-        try:
-            st = os.stat(path)
-        except OSError:
-            return _read_source(path, priority)  # reports the error the same way
-        if stat.S_ISDIR(st.st_mode):
+        directory (reads the file; validates it only when its bytes changed)."""
+        if os.path.isdir(path):
             return None
-        identity = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        data = _read_bytes(path)
+        if isinstance(data, SpecError):
+            return SpecSource(path, priority, error=data)
         with self._lock:
             hit = self._entries.get(path)
-            if hit is not None and hit[0] == identity:
+            if hit is not None and hit[0] == data:
                 self._entries.move_to_end(path)
                 return dataclasses.replace(hit[1], priority=priority)
-        source = _read_source(path, priority)
+        source = _source_from_bytes(path, priority, data)
         with self._lock:
-            self._entries[path] = (identity, source)
+            self._entries[path] = (data, source)
             self._entries.move_to_end(path)
             while len(self._entries) > self.max_entries:
                 self._entries.popitem(last=False)
@@ -178,9 +175,8 @@ class Registry:
         """Read every spec in `spec_dirs` (lowest priority first); reads files.
 
         Never raises for a bad spec or directory: those land in `spec_errors`.
-        Files unchanged since an earlier load (same inode, size, mtime and
-        ctime) come from `cache` without being read; pass ``cache=None`` to
-        read everything.
+        Files whose bytes are unchanged since an earlier load come from
+        `cache` without being validated again; ``cache=None`` validates all.
         """
         dirs = tuple(spec_dirs)
         sources: list[SpecSource] = []
@@ -378,23 +374,40 @@ class Registry:
         return why + ("; also " + broken_note if broken_note else "")
 
 
-def _read_source(path: str, priority: int) -> SpecSource:
-    """Load one spec file into a SpecSource, never raising (reads the file)."""
-    try:
-        return SpecSource(path, priority, loaded=load_spec(path))
-    except SpecError as exc:
-        return SpecSource(path, priority, error=exc, kind=_declared_kind(path))
-
-
-def _declared_kind(path: str) -> str | None:
-    """Best effort: the `kind` a spec that failed validation declares (reads it)."""
-    fmt = format_for_path(path)
-    if fmt is None:
-        return None
+def _read_bytes(path: str) -> bytes | SpecError:
+    """The file's bytes, or the SpecError saying why it cannot be read."""
     try:
         with open(path, "rb") as f:
-            doc = decode_document(f.read(), path, fmt)
-    except (OSError, SpecError):
+            return f.read()
+    except OSError as exc:
+        return SpecError(path, f"cannot read: {exc.strerror or exc}")
+
+
+def _read_source(path: str, priority: int) -> SpecSource:
+    """Load one spec file into a SpecSource, never raising (reads the file)."""
+    data = _read_bytes(path)
+    if isinstance(data, SpecError):
+        return SpecSource(path, priority, error=data)
+    return _source_from_bytes(path, priority, data)
+
+
+def _source_from_bytes(path: str, priority: int, data: bytes) -> SpecSource:
+    """Validate a spec file's bytes into a SpecSource, never raising; pure."""
+    fmt = format_for_path(path)
+    if fmt is None:
+        error = SpecError(path, "not a CDI spec file name (want .json, .yaml or .yml)")
+        return SpecSource(path, priority, error=error)
+    try:
+        return SpecSource(path, priority, loaded=parse_spec_text(data, path, fmt))
+    except SpecError as exc:
+        return SpecSource(path, priority, error=exc, kind=_declared_kind(data, path, fmt))
+
+
+def _declared_kind(data: bytes, path: str, fmt: SpecFormat) -> str | None:
+    """Best effort: the `kind` a spec that failed validation declares."""
+    try:
+        doc = decode_document(data, path, fmt)
+    except SpecError:
         return None
     kind = doc.get("kind") if isinstance(doc, dict) else None
     return kind if isinstance(kind, str) else None

@@ -151,18 +151,46 @@ def parse_json_lines(output: str) -> list[dict[str, object]]:
     return found
 
 
+def failure_reason(log_text: str, limit: int = 1024) -> str:
+    """runsc's own one-line reason for failing, from its log (pure).
+
+    runsc ends a failed command with a fatal message (a JSON ``msg`` with
+    -log-format json, or a ``FATAL ERROR:`` line on stderr), often followed
+    by a Go stack trace that fills the log's tail; the reason is the part
+    before the trace.
+    """
+    reason = ""
+    for line in log_text.splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                msg = json.loads(line).get("msg", "")
+            except (ValueError, AttributeError):
+                continue
+            if isinstance(msg, str) and msg:
+                reason = msg
+        elif "FATAL ERROR:" in line:
+            reason = line.split("FATAL ERROR:", 1)[1]
+    reason = reason.split("\ngoroutine ", 1)[0].strip()
+    return reason[:limit]
+
+
 class RunscError(AteomError):
-    """A runsc command failed; carries the tail of its own log."""
+    """A runsc command failed; carries runsc's reason and the tail of its own log."""
 
     code = ErrorCode.INTERNAL
 
-    def __init__(self, command: str, container: str, returncode: int, tail: str) -> None:
+    def __init__(self, command: str, container: str, returncode: int, tail: str,
+                 reason: str = "") -> None:
         self.command = command
         self.container = container
         self.returncode = returncode
         self.tail = tail
+        self.reason = reason or failure_reason(tail)
+        why = f": {self.reason}" if self.reason else ""
         super().__init__(
-            f"runsc {command} {container} failed (exit {returncode}); its log ends:\n{tail}"
+            f"runsc {command} {container} failed (exit {returncode}){why}\n"
+            f"its log ends:\n{tail}"
         )
 
 
@@ -193,7 +221,9 @@ class Runsc:
             # The command's own -log holds its error; stderr (alsologtostderr)
             # in the stdio log is the fallback for commands without -log.
             tail = read_tail(own_log, offsets[1]) or read_tail(stdio, offsets[0])
-            raise RunscError(command, name, done.returncode, tail)
+            reason = (failure_reason(read_tail(own_log, offsets[1], 1 << 20))
+                      or failure_reason(read_tail(stdio, offsets[0], 1 << 20)))
+            raise RunscError(command, name, done.returncode, tail, reason)
         return done
 
     def _capture(self, argv: Sequence[str]) -> Completed:

@@ -490,7 +490,7 @@ class AteomService:
                         # is lost, the actor keeps running.
                         raise AteomError(
                             f"runsc refused to checkpoint actor {uid}; it keeps running:"
-                            f"\n{exc.tail}",
+                            f" {exc.reason}\n{exc.tail}",
                             code=ErrorCode.FAILED_PRECONDITION,
                         ) from exc
                     self._release(actor, grace=0)

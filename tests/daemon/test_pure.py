@@ -406,3 +406,18 @@ def test_read_tail_is_bounded(tmp_path) -> None:  # type: ignore[no-untyped-def]
     tail = argv.read_tail(str(log), offset)
     assert tail.endswith("the reason\n") and len(tail) == 2048 and "old" not in tail
     assert argv.read_tail(str(log), log.stat().st_size) == ""
+
+
+def test_failure_reason_is_runsc_message_without_the_stack() -> None:
+    log = (
+        'I1129 main.go:217] Args: [runsc restore]\n'
+        '{"msg":"restoring container \\"_pause\\": no server FD available\\ngoroutine 11 [running]:'
+        '\\nmain.x()","level":"warning"}\n'
+        "W1129 util.go:64] FATAL ERROR: later text\n"
+    )
+    assert argv.failure_reason(log) == "later text"
+    assert argv.failure_reason(log.rsplit("W1129", 1)[0]) == (
+        'restoring container "_pause": no server FD available')
+    assert argv.failure_reason("nothing useful") == ""
+    err = argv.RunscError("start", "app", 1, "tail", "the reason")
+    assert str(err).splitlines()[0] == "runsc start app failed (exit 1): the reason"

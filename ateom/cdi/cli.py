@@ -92,6 +92,9 @@ def cmd_validate(
     out = out or sys.stdout
     err = err or sys.stderr
     ok = True
+    # directory -> qualified device name -> files defining it, to warn about
+    # devices that would be unresolvable in that directory (same-directory duplicates).
+    offered: dict[str, dict[str, list[str]]] = {}
     for path in args.paths:
         if not os.path.exists(path):
             print(f"{path}: no such file or directory", file=err)
@@ -112,11 +115,25 @@ def cmd_validate(
             for warning in loaded.warnings:
                 print(warning, file=err)
             spec = loaded.spec
+            by_name = offered.setdefault(os.path.dirname(os.path.abspath(file)), {})
+            for device in spec.devices:
+                files_for = by_name.setdefault(f"{spec.kind}={device.name}", [])
+                if file not in files_for:
+                    files_for.append(file)
             print(
                 f"{file}: valid (kind {spec.kind}, cdiVersion {spec.version}, "
                 f"{len(spec.devices)} devices)",
                 file=out,
             )
+    for by_name in offered.values():
+        for name, files_for in sorted(by_name.items()):
+            if len(files_for) > 1:
+                print(
+                    f"{files_for[-1]}: warning: device {name} is also defined by "
+                    f"{' and '.join(files_for[:-1])} in the same directory; "
+                    "as a spec directory, neither would resolve",
+                    file=err,
+                )
     return 0 if ok else 1
 
 

@@ -221,3 +221,17 @@ def test_python_dash_m_entry_point_runs_the_demo_commands() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "nvidia.com/gpu=all" in done.stdout.splitlines()
+
+
+def test_validate_warns_about_same_directory_duplicates(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "a.json").write_text(GOOD)
+    (tmp_path / "b.json").write_text(GOOD)
+    code, out, err = run(capsys, "cdi", "validate", str(tmp_path))
+    assert code == 0
+    assert out.count(": valid") == 2
+    assert err.strip() == (
+        f"{tmp_path / 'b.json'}: warning: device v.com/gpu=0 is also defined by "
+        f"{tmp_path / 'a.json'} in the same directory; as a spec directory, neither would resolve"
+    )

@@ -7,7 +7,9 @@
 CDI spec, runsc and a dry-run injection and writes down `Facts`; `judge`
 (the core) turns facts into one PASS/WARN/FAIL/SKIP `CheckResult` per check,
 each with the fix. The daemon's ``ateom.Inspect/Doctor`` RPC calls
-`run_doctor(doctor_config_for_daemon(config))`.
+`run_doctor(doctor_config_for_daemon(config), config.env, reaper_runner(reaper))`
+(`ateom.doctor.gather.reaper_runner`), so the daemon's reaper stays the only
+one waiting on its children.
 """
 
 from __future__ import annotations
@@ -22,13 +24,22 @@ from ateom.doctor.report import render_json, render_text, report_to_dict
 
 if TYPE_CHECKING:
     from ateom.daemon.config import DaemonConfig
+    from ateom.doctor.gather import CommandRunner
 
 
-def run_doctor(config: DoctorConfig, environ: Mapping[str, str] = os.environ) -> Report:
-    """Gather facts about this machine (stats, ELF, runsc, nvidia-ctk) and judge them."""
-    from ateom.doctor.gather import gather
+def run_doctor(
+    config: DoctorConfig,
+    environ: Mapping[str, str] = os.environ,
+    run: CommandRunner | None = None,
+) -> Report:
+    """Gather facts about this machine (stats, ELF, runsc, nvidia-ctk) and judge them.
 
-    return judge(gather(config, environ))
+    `run` executes runsc and nvidia-ctk: subprocess by default; inside the
+    daemon pass ``reaper_runner(service.reaper)``.
+    """
+    from ateom.doctor.gather import gather, subprocess_runner
+
+    return judge(gather(config, environ, run or subprocess_runner))
 
 
 def doctor_config_for_daemon(config: DaemonConfig) -> DoctorConfig:

@@ -17,7 +17,8 @@ import shutil
 import stat
 import subprocess
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 from ateom.cdi.model import Resolution
 from ateom.cdi.registry import Registry
@@ -34,6 +35,54 @@ from ateom.doctor.facts import (
     ToolFact,
 )
 from ateom.errors import AteomError, ResolutionError
+
+
+class CommandRunner(Protocol):
+    """Runs a command to completion: argv -> (exit code, stdout+stderr).
+
+    The CLI runs commands with `subprocess`; inside the daemon, which reaps
+    every child itself, the doctor must go through the daemon's reaper
+    (`reaper_runner`), or its waitpid would race the reaper's.
+    """
+
+    def __call__(
+        self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, timeout: float = 60.0
+    ) -> tuple[int, str]: ...
+
+
+def subprocess_runner(
+    argv: Sequence[str], *, env: Mapping[str, str] | None = None, timeout: float = 60.0
+) -> tuple[int, str]:
+    """Run `argv` with subprocess; an exec failure or timeout is exit 127/124 with the reason."""
+    try:
+        done = subprocess.run(
+            list(argv),
+            env=dict(env) if env is not None else None,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return 124, f"{argv[0]}: timed out after {timeout:g}s"
+    except OSError as exc:
+        return 127, f"{argv[0]}: {exc.strerror or exc}"
+    return done.returncode, done.stdout
+
+
+def reaper_runner(reaper: Any) -> CommandRunner:
+    """A runner over the daemon's `Reaper.run_capture` (for the Doctor RPC)."""
+
+    def run(
+        argv: Sequence[str], *, env: Mapping[str, str] | None = None, timeout: float = 60.0
+    ) -> tuple[int, str]:
+        done = reaper.run_capture(argv, env=env, timeout=timeout)
+        return int(done.returncode), str(done.output)
+
+    return run
+
 
 _DIGITS = re.compile(r"(\d+)")
 _PROC_VERSION = re.compile(r"Kernel Module.*?\s(\d+\.\d+(?:\.\d+)?)\s")
@@ -111,7 +160,7 @@ def _kind_of(config: DoctorConfig) -> str:
 
 
 def generate_spec(
-    config: DoctorConfig, out_dir: str, environ: Mapping[str, str]
+    config: DoctorConfig, out_dir: str, environ: Mapping[str, str], run: CommandRunner
 ) -> tuple[str, str]:
     """Run nvidia-ctk cdi generate as the daemon would, into `out_dir`.
 
@@ -127,25 +176,15 @@ def generate_spec(
         return "", f"no nvidia-ctk in {config.driver_bin_dir}, {config.toolkit_dir} or $PATH"
     output = os.path.join(out_dir, "nvidia.json")
     argv = nvidia_ctk_argv(tool, config.driver_root, output)
-    try:
-        done = subprocess.run(
-            argv,
-            env={**environ, "PATH": path_env},
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            timeout=config.generate_timeout,
-            check=False,
-        )
-    except (OSError, subprocess.SubprocessError) as exc:
-        return tool, f"{tool}: {exc}"
-    if done.returncode != 0 or not os.path.exists(output):
-        return tool, f"{' '.join(argv)} exited {done.returncode}: {done.stdout[-1000:].strip()}"
+    code, out = run(argv, env={**environ, "PATH": path_env}, timeout=config.generate_timeout)
+    if code != 0 or not os.path.exists(output):
+        return tool, f"{' '.join(argv)} exited {code}: {out[-1000:].strip()}"
     return tool, ""
 
 
-def gather_spec(config: DoctorConfig, scratch: str, environ: Mapping[str, str]) -> SpecFact:
+def gather_spec(
+    config: DoctorConfig, scratch: str, environ: Mapping[str, str], run: CommandRunner
+) -> SpecFact:
     """Load the spec dirs; generate a spec into `scratch` when the kind has none."""
     kind = _kind_of(config)
     registry = Registry.load(config.spec_dirs)
@@ -153,7 +192,7 @@ def gather_spec(config: DoctorConfig, scratch: str, environ: Mapping[str, str]) 
     if not registry.has_kind(kind):
         gen_dir = os.path.join(scratch, "generated-cdi")
         os.makedirs(gen_dir, exist_ok=True)
-        tool, generate_error = generate_spec(config, gen_dir, environ)
+        tool, generate_error = generate_spec(config, gen_dir, environ, run)
         if not generate_error:
             generated_by = tool
             registry = Registry.load((*config.spec_dirs, gen_dir))
@@ -221,32 +260,22 @@ def gather_libraries(resolution: Resolution) -> tuple[LibraryFact, ...]:
     return tuple(out)
 
 
-def _supported_drivers(runsc_path: str) -> tuple[str, ...] | None:
+def _supported_drivers(runsc_path: str, run: CommandRunner) -> tuple[str, ...] | None:
     """`runsc nvproxy list-supported-drivers`, or None when this runsc has no such command."""
-    try:
-        done = subprocess.run(
-            [runsc_path, "nvproxy", "list-supported-drivers"],
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
-    except (OSError, subprocess.SubprocessError):
+    code, out = run([runsc_path, "nvproxy", "list-supported-drivers"], timeout=30)
+    if code != 0:
         return None
-    if done.returncode != 0:
-        return None
-    versions = [w for w in done.stdout.split() if _DRIVER_VERSION.match(w)]
+    versions = [w for w in out.split() if _DRIVER_VERSION.match(w)]
     return tuple(versions) if versions else None
 
 
-def gather_runsc(config: DoctorConfig) -> RunscFact:
+def gather_runsc(config: DoctorConfig, run: CommandRunner = subprocess_runner) -> RunscFact:
     """Probe runsc with the daemon's prober (runs the binary)."""
     from ateom.daemon.runsc_probe import probe_runsc
 
     path = config.runsc
     try:
-        info = probe_runsc(path)
+        info = probe_runsc(path, lambda argv: run(argv))
     except AteomError as exc:
         return RunscFact(path, found=False, error=str(exc))
     wanted = []
@@ -255,7 +284,7 @@ def gather_runsc(config: DoctorConfig) -> RunscFact:
     if config.nvproxy_capabilities:
         wanted.append("nvproxy-allowed-driver-capabilities")
     flags = tuple((f"--{flag}", info.supports(flag)) for flag in wanted)
-    drivers = _supported_drivers(info.path) if info.supports_nvproxy else None
+    drivers = _supported_drivers(info.path, run) if info.supports_nvproxy else None
     return RunscFact(
         info.path,
         found=True,
@@ -315,12 +344,19 @@ def dry_run_injection(config: DoctorConfig, resolution: Resolution, scratch: str
     return InjectionFact(env=env, symlinks=links)
 
 
-def gather(config: DoctorConfig, environ: Mapping[str, str] = os.environ) -> Facts:
-    """Look at the machine as `config` describes it (globs, stats, ELF, runsc, plans)."""
+def gather(
+    config: DoctorConfig,
+    environ: Mapping[str, str] = os.environ,
+    run: CommandRunner = subprocess_runner,
+) -> Facts:
+    """Look at the machine as `config` describes it (globs, stats, ELF, runsc, plans).
+
+    Commands (runsc, nvidia-ctk) go through `run`.
+    """
     gpu_paths = sorted(glob.glob(config.gpu_glob), key=_natural)
     scratch = tempfile.mkdtemp(prefix="ateom-doctor-")
     try:
-        spec = gather_spec(config, scratch, environ)
+        spec = gather_spec(config, scratch, environ, run)
         nodes: tuple[SpecNodeFact, ...] = ()
         libraries: tuple[LibraryFact, ...] = ()
         injection = None
@@ -342,7 +378,7 @@ def gather(config: DoctorConfig, environ: Mapping[str, str] = os.environ) -> Fac
         spec=spec,
         spec_nodes=nodes,
         libraries=libraries,
-        runsc=gather_runsc(config),
+        runsc=gather_runsc(config, run),
         host_driver_version=host_driver_version(config),
         injection=injection,
     )

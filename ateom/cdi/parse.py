@@ -50,15 +50,6 @@ MAX_DOCUMENT_NODES = 1_000_000
 _YAML_BASE: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-class _SpecYamlLoader(_YAML_BASE):  # type: ignore[valid-type,misc]
-    """Safe YAML loader (libyaml's parser when built) that rejects duplicate
-    keys, reads keys as strings, and leaves timestamps as strings.
-
-    Duplicate keys are errors because the reference rejects them and because
-    "last one wins" silently drops a device node or mount.
-    """
-
-
 def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[str, Any]:
     # Check the keys written in this mapping before merge keys ('<<') are
     # flattened in: overriding a merged key is YAML's intent, not a duplicate.
@@ -129,9 +120,9 @@ _RESOLVER_OVERRIDES: dict[str, re.Pattern[str] | None] = {
 }
 
 
-def _spec_resolvers() -> dict[Any, list[tuple[str, re.Pattern[str]]]]:
+def _spec_resolvers(base: type[yaml.SafeLoader]) -> dict[Any, list[tuple[str, re.Pattern[str]]]]:
     resolvers: dict[Any, list[tuple[str, re.Pattern[str]]]] = {}
-    for first, entries in _YAML_BASE.yaml_implicit_resolvers.items():
+    for first, entries in base.yaml_implicit_resolvers.items():
         kept = []
         for tag, rx in entries:
             replacement = _RESOLVER_OVERRIDES.get(tag, rx)
@@ -141,8 +132,21 @@ def _spec_resolvers() -> dict[Any, list[tuple[str, re.Pattern[str]]]]:
     return resolvers
 
 
-_SpecYamlLoader.add_constructor("tag:yaml.org,2002:map", _construct_mapping)
-_SpecYamlLoader.yaml_implicit_resolvers = _spec_resolvers()
+def make_spec_loader(base: type[yaml.SafeLoader]) -> type[yaml.SafeLoader]:
+    """A safe YAML loader class on `base` that rejects duplicate keys, reads
+    keys as strings, and reads numbers and dates like the Go decoder.
+
+    Duplicate keys are errors because the reference rejects them and because
+    "last one wins" silently drops a device node or mount.
+    """
+    loader: type[yaml.SafeLoader] = type("SpecYamlLoader", (base,), {})
+    loader.add_constructor("tag:yaml.org,2002:map", _construct_mapping)
+    loader.yaml_implicit_resolvers = _spec_resolvers(base)
+    return loader
+
+
+# libyaml's parser when PyYAML was built with it (several times faster).
+_SpecYamlLoader = make_spec_loader(_YAML_BASE)
 
 
 def _json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

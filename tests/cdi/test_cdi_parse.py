@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
+import yaml
 
+from ateom.cdi import parse
 from ateom.cdi.parse import (
     MAX_DOCUMENT_NODES,
     decode_document,
@@ -242,3 +245,43 @@ def test_go_float_formatting(value: float, text: str) -> None:
 def test_huge_ints_format_as_go_floats() -> None:
     assert scalar_text(2**63 - 1) == str(2**63 - 1)
     assert scalar_text(2**70) == "1.1805916e+21"
+
+
+@pytest.fixture(params=["default", "pure-python"])
+def yaml_loader(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run a test with libyaml's loader (when built) and with PyYAML's pure-Python one."""
+    if request.param == "pure-python":
+        monkeypatch.setattr(parse, "_SpecYamlLoader", parse.make_spec_loader(yaml.SafeLoader))
+    return str(request.param)
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize(
+    "path",
+    sorted((REPO / "cdi_specs").glob("*/*.yaml")),
+    ids=lambda p: f"{p.parent.name}/{p.name}",
+)
+def test_both_yaml_loaders_agree(path: Path) -> None:
+    """Same document or same error whether libyaml or pure Python parses it."""
+    data = path.read_bytes()
+    try:
+        got: object = parse.decode_document(data, str(path), "yaml")
+    except SpecError as exc:
+        got = ("error", exc.reason.split(":")[0])
+    monkeypatch = pytest.MonkeyPatch()
+    monkeypatch.setattr(parse, "_SpecYamlLoader", parse.make_spec_loader(yaml.SafeLoader))
+    try:
+        try:
+            pure: object = parse.decode_document(data, str(path), "yaml")
+        except SpecError as exc:
+            pure = ("error", exc.reason.split(":")[0])
+    finally:
+        monkeypatch.undo()
+    assert got == pure
+
+
+def test_pure_python_loader_keeps_the_rules(yaml_loader: str) -> None:
+    assert "duplicate key 'a'" in str(spec_error("a: 1\na: 2\n"))
+    assert decode_document("k: [1:0, 2024-01-02]\n", "f", "yaml") == {"k": ["1:0", "2024-01-02"]}

@@ -118,7 +118,38 @@ def _read_config(bundle_dir: str) -> tuple[bytes, dict[str, Any]]:
         raise InjectionError(f"{path}: not valid JSON: {e}") from e
     if not isinstance(config, dict):
         raise InjectionError(f"{path}: top level is {type(config).__name__}, not an object")
+    _check_shape(config, path)
     return raw, config
+
+
+# The parts of an OCI config the merge reads or extends, and the JSON type
+# each must have: a wrong type is the config's fault, reported as such, not a
+# TypeError from deep inside the merge.
+_SHAPE: tuple[tuple[tuple[str, ...], type], ...] = (
+    (("process",), dict), (("process", "env"), list), (("process", "user"), dict),
+    (("process", "user", "additionalGids"), list), (("root",), dict), (("mounts",), list),
+    (("hooks",), dict), (("linux",), dict), (("linux", "devices"), list),
+    (("linux", "resources"), dict), (("linux", "resources", "devices"), list),
+    (("linux", "netDevices"), dict), (("annotations",), dict),
+)
+
+
+def _check_shape(config: dict[str, Any], path: str) -> None:
+    for keys, kind in _SHAPE:
+        node: Any = config
+        for key in keys:
+            node = node.get(key) if isinstance(node, dict) else None
+        if node is not None and not isinstance(node, kind):
+            expected = "an object" if kind is dict else "an array"
+            raise InjectionError(f"{path}: {'.'.join(keys)}: is {type(node).__name__}, "
+                                 f"not {expected}")
+    for i, mount in enumerate(config.get("mounts") or []):
+        if not isinstance(mount, dict):
+            raise InjectionError(f"{path}: mounts[{i}]: is {type(mount).__name__}, not an object")
+    for i, entry in enumerate((config.get("process") or {}).get("env") or []):
+        if not isinstance(entry, str):
+            raise InjectionError(f"{path}: process.env[{i}]: is {type(entry).__name__}, "
+                                 "not a string")
 
 
 def _rootfs_path(bundle_dir: str, config: Mapping[str, Any]) -> str:

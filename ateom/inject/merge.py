@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ateom.cdi.model import DeviceNode, EditStep, Hook, Mount, Resolution
+from ateom.cdi.model import DeviceNode, EditStep, Hook, IntelRdt, Mount, Resolution
 from ateom.errors import InjectionError
 from ateom.inject.options import InjectOptions
 
@@ -287,7 +287,7 @@ def rewrite_hook(
     return entry, None
 
 
-def _intel_rdt(rdt: Any) -> dict[str, Any]:
+def _intel_rdt(rdt: IntelRdt) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if rdt.clos_id is not None:
         out["closID"] = rdt.clos_id

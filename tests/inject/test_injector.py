@@ -158,6 +158,10 @@ def _break(bundle: Path, how: str) -> None:
         (bundle / "config.json").write_text('{"process": ')
     elif how == "not an object":
         (bundle / "config.json").write_text("[1, 2]")
+    elif how == "env not a list":
+        (bundle / "config.json").write_text('{"process": {"env": "PATH=/bin"}}')
+    elif how == "mount not an object":
+        (bundle / "config.json").write_text('{"mounts": ["/proc"]}')
     elif how == "missing rootfs":
         config = read_config(bundle)
         config["root"]["path"] = "no-such-rootfs"
@@ -168,6 +172,8 @@ def _break(bundle: Path, how: str) -> None:
     ("missing config", "cannot read OCI config"),
     ("bad json", "not valid JSON"),
     ("not an object", "not an object"),
+    ("env not a list", "process.env: is str, not an array"),
+    ("mount not an object", r"mounts\[0\]: is str, not an object"),
     ("missing rootfs", "root.path: rootfs"),
     ("missing host node", "host node /dev/ateom-no-such-gpu does not exist"),
     ("dotdot mount", "climbs out of the rootfs"),

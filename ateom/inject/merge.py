@@ -184,11 +184,6 @@ def oci_mount(mount: Mount, destination: str) -> dict[str, Any]:
     return entry
 
 
-def mount_depth(destination: str) -> int:
-    """Path depth as the CDI reference counts it: separators in the clean path."""
-    return posixpath.normpath(destination).count("/")
-
-
 def _env_key(entry: str) -> str:
     return entry.partition("=")[0]
 
@@ -409,12 +404,16 @@ def merge_edits(
                 net[nd.host_interface_name] = {"name": nd.name}
 
     if cdi_mounts:
-        mounts = [m for m in out.get("mounts") or []
-                  if clean_destination(str(m.get("destination", ""))) not in cdi_mounts]
-        mounts += cdi_mounts.values()
-        # Stable, so equal depths keep their order and a second run is a no-op.
-        mounts.sort(key=lambda m: mount_depth(str(m.get("destination", ""))))
-        out["mounts"] = mounts
+        keyed: list[tuple[int, dict[str, Any]]] = []
+        for m in out.get("mounts") or []:
+            dest = clean_destination(str(m.get("destination", "")))
+            if dest not in cdi_mounts:
+                keyed.append((dest.count("/"), m))
+        keyed += [(dest.count("/"), m) for dest, m in cdi_mounts.items()]
+        # Depth as the CDI reference counts it (separators in the clean path);
+        # stable, so equal depths keep their order and a second run is a no-op.
+        keyed.sort(key=lambda pair: pair[0])
+        out["mounts"] = [m for _, m in keyed]
     if hooks:
         hooks_section = _dict_at(out, "hooks")
         hooks_section.update(hooks)

@@ -41,6 +41,28 @@ class RunscTarget:
     nvproxy: NvproxyOptions = NvproxyOptions()
 
 
+# runsc names a sandbox's control socket after its root container's id in the
+# abstract socket namespace ("runsc-sandbox.<id>"), which is shared by the whole
+# network namespace, not scoped by -root: two actors whose sandbox roots are
+# both "_pause" collide ("address already in use"), and so does a new actor
+# whose predecessor's sandbox is still exiting. So the root's runsc id carries
+# the actor uid. Abstract socket names are capped at 107 bytes, hence the
+# hash for long uids.
+_MAX_ROOT_ID = 64
+
+
+def sandbox_root_id(uid: str, pause: str) -> str:
+    """The runsc container id of an actor's sandbox root (pure)."""
+    plain = f"{uid}{pause}" if pause.startswith("_") else f"{uid}_{pause}"
+    if len(plain) <= _MAX_ROOT_ID:
+        return plain
+    import hashlib
+
+    digest = hashlib.sha256(uid.encode()).hexdigest()[:12]
+    keep = _MAX_ROOT_ID - len(pause) - len(digest) - 2
+    return f"{uid[:keep]}-{digest}_{pause.lstrip('_')}"
+
+
 def _base(t: RunscTarget, log_file: str | None, gpu: bool) -> list[str]:
     argv = [t.info.path, "-log-format", "json", "--alsologtostderr", "-root", t.root]
     if log_file:
@@ -197,19 +219,23 @@ class RunscError(AteomError):
 class Runsc:
     """Runs runsc for one actor: argv from the pure builders, stdio to log files."""
 
-    def __init__(self, target: RunscTarget, reaper: Reaper, log_dir: str, timeout: float) -> None:
+    def __init__(self, target: RunscTarget, reaper: Reaper, log_dir: str, timeout: float,
+                 log_names: dict[str, str] | None = None) -> None:
         self.target = target
         self.reaper = reaper
         self.log_dir = log_dir
         self.timeout = timeout
+        # runsc id -> the file name stem of its logs (the sandbox root's logs
+        # are named after its bundle, e.g. "_pause", not its uid-carrying id).
+        self.log_names = dict(log_names or {})
 
     def stdio_log(self, name: str) -> str:
         """Where runsc and the container's own stdout/stderr go (O_APPEND)."""
-        return os.path.join(self.log_dir, f"{name}.log")
+        return os.path.join(self.log_dir, f"{self.log_names.get(name, name)}.log")
 
     def runsc_log(self, name: str) -> str:
         """runsc's -log for commands on container `name`."""
-        return os.path.join(self.log_dir, f"{name}.runsc.log")
+        return os.path.join(self.log_dir, f"{self.log_names.get(name, name)}.runsc.log")
 
     def _run(self, command: str, name: str, argv: Sequence[str], *, check: bool) -> Completed:
         stdio = self.stdio_log(name)

@@ -43,7 +43,13 @@ from ateom.daemon.requests import (
     StatsSample,
     TerminateRequest,
 )
-from ateom.daemon.runsc import NvproxyOptions, Runsc, RunscError, RunscTarget
+from ateom.daemon.runsc import (
+    NvproxyOptions,
+    Runsc,
+    RunscError,
+    RunscTarget,
+    sandbox_root_id,
+)
 from ateom.daemon.runsc_probe import RunscInfo, probe_runsc
 from ateom.errors import AteomError, ErrorCode
 
@@ -69,7 +75,8 @@ def default_injector(environ: dict[str, str]) -> Injector:
 
 @dataclass(frozen=True, slots=True)
 class ContainerPlan:
-    name: str
+    name: str  # the bundle's name under oci_bundle_dir
+    runsc_id: str  # its runsc container id (the sandbox root's carries the uid)
     bundle: str
     original: bytes  # config.json as the node agent left it (restored on clean-up)
     prepared: bytes  # config.json runsc sees, before device injection
@@ -88,6 +95,15 @@ class SandboxPlan:
 
     @property
     def names(self) -> tuple[str, ...]:
+        """runsc container ids, sandbox root first."""
+        return tuple(c.runsc_id for c in self.containers)
+
+    @property
+    def root_id(self) -> str:
+        return self.containers[0].runsc_id
+
+    @property
+    def container_names(self) -> tuple[str, ...]:
         return tuple(c.name for c in self.containers)
 
     @property
@@ -181,6 +197,7 @@ class AteomService:
         return probe_runsc(path, runner)
 
     def _runsc(self, uid: str, info: RunscInfo) -> Runsc:
+        root_id = sandbox_root_id(uid, self.config.pause_container)
         log_dir = os.path.join(self.config.log_root, uid)
         os.makedirs(log_dir, mode=0o750, exist_ok=True)
         target = RunscTarget(
@@ -189,7 +206,8 @@ class AteomService:
             global_flags=self.config.runsc_global_flags,
             nvproxy=self.nvproxy,
         )
-        return Runsc(target, self.reaper, log_dir, self.config.runsc_timeout)
+        return Runsc(target, self.reaper, log_dir, self.config.runsc_timeout,
+                     log_names={root_id: self.config.pause_container})
 
     @contextlib.contextmanager
     def _call(self, op: Op, uid: str, *, admits: bool) -> Iterator[None]:
@@ -225,11 +243,12 @@ class AteomService:
         return registry, source
 
     def _plan(
-        self, bundle_root: str, containers: Sequence[ContainerRequest], info: RunscInfo,
-        *, cpu_milli: int = 0, memory_bytes: int = 0,
+        self, uid: str, bundle_root: str, containers: Sequence[ContainerRequest],
+        info: RunscInfo, *, cpu_milli: int = 0, memory_bytes: int = 0,
     ) -> SandboxPlan:
         """Read bundles, choose/resolve devices, dry-run injection. No side effects."""
         pause = self.config.pause_container
+        root_id = sandbox_root_id(uid, pause)
         present = gpu_present(self.config.gpu_glob)
         needs_registry = any(
             c.devices.policy.value == "explicit" or (present and c.devices.policy.value
@@ -262,7 +281,7 @@ class AteomService:
                                  code=ErrorCode.FAILED_PRECONDITION) from None
             prepared = bundles.prepare_config(
                 bundles.parse_config(original, config_path), config_path,
-                container=name, sandbox_id=pause, is_sandbox=request is None,
+                container=name, sandbox_id=root_id, is_sandbox=request is None,
                 cpu_milli=cpu_milli, memory_bytes=memory_bytes,
             )
             if prepared.removed_annotations:
@@ -278,7 +297,8 @@ class AteomService:
                     assert registry is not None
                     resolution = registry.resolve(list(names))
                     devices.check_resolution_for_gvisor(name, resolution)
-            plans.append(ContainerPlan(name, bundle, original,
+            plans.append(ContainerPlan(name, root_id if request is None else name,
+                                       bundle, original,
                                        bundles.dump_config(prepared.config), names, resolution,
                                        request is None))
         plan = SandboxPlan(tuple(plans))
@@ -312,19 +332,19 @@ class AteomService:
         runsc = sandbox.runsc
         os.makedirs(runsc.target.root, mode=0o700, exist_ok=True)
         for c in sandbox.plan.containers:
-            pid_file = os.path.join(runsc.target.root, f"{c.name}.pid")
+            pid_file = os.path.join(runsc.target.root, f"{c.runsc_id}.pid")
             gpu = sandbox.plan.gpu and c.is_sandbox
             if image_path is not None:
                 if runsc.target.info.restore_needs_create:
                     with phase("runsc.create", container=c.name):
-                        runsc.create(c.name, c.bundle, pid_file, gpu=gpu)
+                        runsc.create(c.runsc_id, c.bundle, pid_file, gpu=gpu)
                 with phase("runsc.restore", container=c.name):
-                    runsc.restore(c.name, c.bundle, image_path, pid_file, gpu=gpu)
+                    runsc.restore(c.runsc_id, c.bundle, image_path, pid_file, gpu=gpu)
             else:
                 with phase("runsc.create", container=c.name):
-                    runsc.create(c.name, c.bundle, pid_file, gpu=gpu)
+                    runsc.create(c.runsc_id, c.bundle, pid_file, gpu=gpu)
                 with phase("runsc.start", container=c.name):
-                    runsc.start(c.name)
+                    runsc.start(c.runsc_id)
             if c.is_sandbox:
                 self._watch_sandbox(actor, pid_file)
 
@@ -395,7 +415,7 @@ class AteomService:
 
     def _host(self, actor: Actor, sandbox: Sandbox, image_path: str | None) -> None:
         """Apply the plan and boot; on any failure roll back and re-raise."""
-        actor.containers = sandbox.plan.names
+        actor.containers = sandbox.plan.container_names
         actor.devices = sandbox.plan.devices
         actor.gpu = sandbox.plan.gpu
         actor.sandbox = sandbox
@@ -423,10 +443,11 @@ class AteomService:
             actor = self.actors.admit(req.actor, Op.RUN)
             try:
                 with phase("plan"):
-                    plan = self._plan(req.dirs.oci_bundle_dir, req.containers, info,
-                                      cpu_milli=req.cpu_milli, memory_bytes=req.memory_bytes)
+                    plan = self._plan(req.actor.actor_uid, req.dirs.oci_bundle_dir,
+                                      req.containers, info, cpu_milli=req.cpu_milli,
+                                      memory_bytes=req.memory_bytes)
                 self._host(actor, Sandbox(self._runsc(req.actor.actor_uid, info), plan), None)
-                log.info("actor_running", containers=list(plan.names),
+                log.info("actor_running", containers=list(plan.container_names),
                          devices=list(plan.devices), nvproxy=plan.gpu)
             except BaseException:
                 self.actors.remove(actor)
@@ -447,12 +468,13 @@ class AteomService:
             actor = self.actors.admit(req.actor, Op.RESTORE)
             try:
                 with phase("plan"):
-                    plan = self._plan(req.dirs.oci_bundle_dir, req.containers, info,
-                                      cpu_milli=req.cpu_milli, memory_bytes=req.memory_bytes)
+                    plan = self._plan(req.actor.actor_uid, req.dirs.oci_bundle_dir,
+                                      req.containers, info, cpu_milli=req.cpu_milli,
+                                      memory_bytes=req.memory_bytes)
                 self._host(actor, Sandbox(self._runsc(req.actor.actor_uid, info), plan), image)
                 if not req.preserve_restore_dir:
                     shutil.rmtree(image, ignore_errors=True)
-                log.info("actor_restored", containers=list(plan.names),
+                log.info("actor_restored", containers=list(plan.container_names),
                          devices=list(plan.devices), nvproxy=plan.gpu)
             except RunscError as exc:
                 self.actors.remove(actor)
@@ -480,7 +502,7 @@ class AteomService:
                 runsc = sandbox.runsc
                 image = req.dirs.checkpoint_dir
                 os.makedirs(image, mode=0o750, exist_ok=True)
-                root = self.config.pause_container
+                root = sandbox.plan.root_id
                 try:
                     with phase("runsc.checkpoint", container=root):
                         runsc.checkpoint(root, image)
@@ -554,7 +576,7 @@ class AteomService:
         if sandbox is None:
             raise AteomError(f"actor {uid}: no sandbox", code=ErrorCode.FAILED_PRECONDITION)
         try:
-            data = sandbox.runsc.stats(self.config.pause_container)
+            data = sandbox.runsc.stats(sandbox.plan.root_id)
         except RunscError as exc:
             raise AteomError(f"actor {uid}: runsc reported no stats: {exc.tail}",
                              code=ErrorCode.UNAVAILABLE) from exc

@@ -82,8 +82,8 @@ def test_gpu_actor_lifecycle(world: World, daemon: Daemon, clean: None) -> None:
     # CRI annotations put both containers into one sandbox.
     app_cfg = json.loads((bundles / "app" / "config.json").read_text())
     assert app_cfg["annotations"]["io.kubernetes.cri.container-type"] == "container"
-    assert app_cfg["annotations"]["io.kubernetes.cri.sandbox-id"] == "_pause"
-    assert sorted(runsc_list(world, uid)) == ["_pause", "app"]
+    assert app_cfg["annotations"]["io.kubernetes.cri.sandbox-id"] == f"{uid}_pause"
+    assert sorted(runsc_list(world, uid)) == sorted([f"{uid}_pause", "app"])
 
     status = daemon.inspect.GetStatus(pb.GetStatusRequest())
     assert status.state == "serving" and status.gpu_present
@@ -142,7 +142,7 @@ def test_terminate_cleans_up_and_foreign_gvisor_annotations_are_stripped(
     removed = [e for e in daemon.log_events() if e.get("event") == "foreign_annotations_removed"
                and e.get("actor_uid") == uid]
     assert removed and removed[0]["annotations"] == ["dev.gvisor.internal.nvproxy"]
-    assert sorted(runsc_list(world, uid)) == ["_pause", "web"]
+    assert sorted(runsc_list(world, uid)) == sorted([f"{uid}_pause", "web"])
 
     daemon.stub.TerminateWorkload(pb.TerminateWorkloadRequest(actor_uid=uid), timeout=60)
     assert runsc_list(world, uid) == []
@@ -235,7 +235,7 @@ def test_multi_container_restore_fails_cleanly(world: World, daemon: Daemon, cle
     # Debian's runsc cannot restore a multi-container sandbox; its reason is quoted.
     assert err.value.code() == grpc.StatusCode.INTERNAL
     first_line = err.value.details().splitlines()[0]
-    assert "runsc restore _pause failed (exit" in first_line
+    assert f"runsc restore {uid}_pause failed (exit" in first_line
     assert len(first_line.split("): ", 1)[1]) > 10  # runsc's own reason, not just a code
     assert runsc_list(world, uid) == []
     assert not runsc_processes(str(world.run_dir / "actors" / uid))
@@ -399,4 +399,29 @@ def test_sigterm_during_run_drains_and_exits_zero(tmp_path: Path) -> None:
     assert runsc_list(world, uid) == []
     assert not runsc_processes(str(world.run_dir / "actors" / uid))
     assert not world.socket.exists()
+    assert dev_null_ok()
+
+
+def test_two_actors_side_by_side_with_max_actors_2(tmp_path: Path) -> None:
+    # Each sandbox's control socket is named after its root container id in a
+    # namespace shared by the host: two actors must not both be "_pause".
+    world = World(tmp_path)
+    d = Daemon(world, str(world.shim), max_actors="2")
+    try:
+        for uid in ("left", "right"):
+            world.bundles(uid, {"app": ["sleep", "1000"]})
+            d.stub.RunWorkload(run_request(world, uid, [pb.Container(name="app")]), timeout=120)
+        for uid in ("left", "right"):
+            assert sorted(runsc_list(world, uid)) == sorted([f"{uid}_pause", "app"])
+        third = run_request(world, "third", [])
+        assert code_of(d.stub.RunWorkload, third) == grpc.StatusCode.RESOURCE_EXHAUSTED
+        samples = d.stub.GetActiveWorkloadStats(pb.GetActiveWorkloadStatsRequest()).samples
+        assert sorted(s.actor_uid for s in samples) == ["left", "right"]
+        for uid in ("left", "right"):
+            d.stub.TerminateWorkload(pb.TerminateWorkloadRequest(actor_uid=uid), timeout=60)
+            assert runsc_list(world, uid) == []
+    finally:
+        assert d.stop() == 0
+    assert not runsc_processes(str(world.run_dir / "actors" / "left"))
+    assert not runsc_processes(str(world.run_dir / "actors" / "right"))
     assert dev_null_ok()

@@ -421,3 +421,12 @@ def test_failure_reason_is_runsc_message_without_the_stack() -> None:
     assert argv.failure_reason("nothing useful") == ""
     err = argv.RunscError("start", "app", 1, "tail", "the reason")
     assert str(err).splitlines()[0] == "runsc start app failed (exit 1): the reason"
+
+
+def test_sandbox_root_ids_are_per_actor_and_fit_an_abstract_socket_name() -> None:
+    assert argv.sandbox_root_id("a1", "_pause") == "a1_pause"
+    assert argv.sandbox_root_id("a1", "pause") == "a1_pause"
+    long_a, long_b = "x" * 127 + "a", "x" * 127 + "b"
+    ida, idb = argv.sandbox_root_id(long_a, "_pause"), argv.sandbox_root_id(long_b, "_pause")
+    assert ida != idb and len(ida) <= 64 and ida.endswith("_pause")
+    assert len(("runsc-sandbox." + ida).encode()) < 108

@@ -93,7 +93,7 @@ def test_run_argv_without_gpu(make_world) -> None:  # type: ignore[no-untyped-de
     w = make_world()
     req = w.run("a1", "app")
     w.service.run_workload(req)
-    assert w.fake.commands() == ["create _pause", "start _pause", "create app", "start app"]
+    assert w.fake.commands() == ["create a1_pause", "start a1_pause", "create app", "start app"]
     root = str(w.state_dir("a1"))
     logs = Path(w.config.log_root) / "a1"
     create = w.fake.calls()[0]
@@ -101,9 +101,9 @@ def test_run_argv_without_gpu(make_world) -> None:  # type: ignore[no-untyped-de
         "-log-format", "json", "--alsologtostderr", "-root", root,
         "-log", str(logs / "_pause.runsc.log"), "--network=none",
         "create", "-bundle", f"{req.dirs.oci_bundle_dir}/_pause",
-        "-pid-file", f"{root}/_pause.pid", "_pause",
+        "-pid-file", f"{root}/a1_pause.pid", "a1_pause",
     ]
-    assert w.fake.calls()[1][-2:] == ["start", "_pause"]
+    assert w.fake.calls()[1][-2:] == ["start", "a1_pause"]
     assert not any(a.startswith("--nvproxy") for argv in w.fake.calls() for a in argv)
     assert w.service.actors.get("a1").phase is Phase.RUNNING  # type: ignore[union-attr]
 
@@ -113,11 +113,11 @@ def test_run_argv_with_gpu(make_world) -> None:  # type: ignore[no-untyped-def]
                    nvproxy_driver_version="550.54.15")
     w.service.run_workload(w.run("g1", "app", devices=DeviceChoice()))
     by_command = dict(zip(w.fake.commands(), w.fake.calls(), strict=True))
-    pause_create = by_command["create _pause"]
+    pause_create = by_command["create g1_pause"]
     assert "--nvproxy" in pause_create
     assert "--nvproxy-driver-version=550.54.15" in pause_create
     assert not any("capabilities" in a for a in pause_create)  # not set: not passed
-    for other in ("start _pause", "create app", "start app"):
+    for other in ("start g1_pause", "create app", "start app"):
         assert not any(a.startswith("--nvproxy") for a in by_command[other])
     # nvproxy flags are global: before the subcommand.
     assert pause_create.index("--nvproxy") < pause_create.index("create")
@@ -152,8 +152,8 @@ def test_failure_rolls_back_in_reverse_and_quotes_runsc_log(make_world) -> None:
     tail = message.split("its log ends:\n", 1)[1]
     assert len(tail.encode()) <= 2048
     assert w.fake.commands() == [
-        "create _pause", "start _pause", "create app", "start app",
-        "list", "kill app KILL", "kill _pause KILL", "delete app", "delete _pause",
+        "create f1_pause", "start f1_pause", "create app", "start app",
+        "list", "kill app KILL", "kill f1_pause KILL", "delete app", "delete f1_pause",
     ]
     for name, data in originals.items():
         assert (bundle / name / "config.json").read_bytes() == data
@@ -169,9 +169,9 @@ def test_terminate_term_then_kill_apps_deleted_before_pause(make_world) -> None:
     after = [c for c in w.fake.commands()[start:] if not c.startswith("state ")]
     assert after == [
         "list",
-        "kill side TERM", "kill app TERM", "kill _pause TERM",
-        "kill side KILL", "kill app KILL", "kill _pause KILL",
-        "delete side", "delete app", "delete _pause",
+        "kill side TERM", "kill app TERM", "kill t1_pause TERM",
+        "kill side KILL", "kill app KILL", "kill t1_pause KILL",
+        "delete side", "delete app", "delete t1_pause",
     ]
     assert w.service.actors.get("t1") is None
     assert not w.state_dir("t1").exists()
@@ -188,7 +188,7 @@ def test_terminate_skips_containers_runsc_no_longer_lists(make_world) -> None:  
     start = len(w.fake.commands())
     w.service.terminate_workload(TerminateRequest(actor=ActorRef("t2")))
     assert not any(" app" in c for c in w.fake.commands()[start:])
-    assert "delete _pause" in w.fake.commands()[start:]
+    assert "delete t2_pause" in w.fake.commands()[start:]
 
 
 def test_checkpoint_answers_relative_files_and_frees_worker(make_world) -> None:  # type: ignore[no-untyped-def]
@@ -198,10 +198,10 @@ def test_checkpoint_answers_relative_files_and_frees_worker(make_world) -> None:
                                                              dirs=w.dirs("c1")))
     assert result.snapshot_files == ("checkpoint.img", "sub/pages.img")
     ckpt = [c for c in w.fake.calls() if "checkpoint" in c][0]
-    assert ckpt[-4:] == ["checkpoint", "-image-path", w.dirs("c1").checkpoint_dir, "_pause"]
+    assert ckpt[-4:] == ["checkpoint", "-image-path", w.dirs("c1").checkpoint_dir, "c1_pause"]
     assert "-allow-connected-on-save" not in ckpt  # Debian's runsc lacks it
     assert w.service.actors.get("c1") is None
-    assert "delete _pause" in w.fake.commands()
+    assert "delete c1_pause" in w.fake.commands()
 
 
 def test_checkpoint_passes_allow_connected_on_save_when_supported(make_world) -> None:  # type: ignore[no-untyped-def]
@@ -215,7 +215,7 @@ def test_checkpoint_passes_allow_connected_on_save_when_supported(make_world) ->
 def test_failed_checkpoint_of_running_actor_keeps_it(make_world) -> None:  # type: ignore[no-untyped-def]
     w = make_world()
     w.service.run_workload(w.run("c3", "app"))
-    w.fake.fail("checkpoint _pause")
+    w.fake.fail("checkpoint c3_pause")
     with pytest.raises(AteomError) as err:
         w.service.checkpoint_workload(CheckpointRequest(actor=ActorRef("c3"),
                                                         dirs=w.dirs("c3")))
@@ -235,14 +235,14 @@ def test_restore_argv_follows_the_probed_runsc(make_world, newer: bool) -> None:
     Path(dirs.restore_dir, "checkpoint.img").write_text("img")
     w.service.restore_workload(RestoreRequest(actor=ActorRef("r1"), dirs=dirs,
                                               preserve_restore_dir=True))
-    assert w.fake.commands() == ["restore _pause"]  # restore creates the container itself
+    assert w.fake.commands() == ["restore r1_pause"]  # restore creates the container itself
     argv = w.fake.calls()[0]
     sub = argv[argv.index("restore"):]
     expected = ["restore", "-bundle", f"{dirs.oci_bundle_dir}/_pause",
                 "-image-path", dirs.restore_dir,
-                "-pid-file", f"{w.state_dir('r1')}/_pause.pid"]
+                "-pid-file", f"{w.state_dir('r1')}/r1_pause.pid"]
     expected += ["-background"] if newer else []
-    assert sub == [*expected, "-detach", "_pause"]
+    assert sub == [*expected, "-detach", "r1_pause"]
     assert Path(dirs.restore_dir).is_dir()
     w.service.terminate_workload(TerminateRequest(actor=ActorRef("r1")))
 
@@ -269,7 +269,7 @@ def test_failed_subcontainer_restore_is_cleaned_up(make_world) -> None:  # type:
             actor=ActorRef("r3"), dirs=dirs,
             containers=(ContainerRequest("app", devices=NO_DEVICES),)))
     assert err.value.code is ErrorCode.INTERNAL and "boom marker" in str(err.value)
-    assert "delete _pause" in w.fake.commands()
+    assert "delete r3_pause" in w.fake.commands()
     assert w.service.actors.get("r3") is None
     assert Path(dirs.restore_dir).is_dir()
 
@@ -342,4 +342,4 @@ def test_drain_terminates_hosted_actors(make_world) -> None:  # type: ignore[no-
     w.service.drain(0.1)
     assert w.service.state == "draining"
     assert w.service.actors.get("d1") is None
-    assert "delete _pause" in w.fake.commands()
+    assert "delete d1_pause" in w.fake.commands()

@@ -283,7 +283,11 @@ _FLOAT32 = struct.Struct("<f")
 
 
 def _as_float32(value: float) -> float:
-    return float(_FLOAT32.unpack(_FLOAT32.pack(value))[0])
+    """`value` rounded to float32, like Go's float32(value): too large is Inf."""
+    try:
+        return float(_FLOAT32.unpack(_FLOAT32.pack(value))[0])
+    except OverflowError:
+        return math.copysign(math.inf, value)
 
 
 def go_float32_text(value: float) -> str:
@@ -292,10 +296,7 @@ def go_float32_text(value: float) -> str:
     >= 6."""
     if math.isnan(value):
         return "NaN"
-    try:
-        f32 = _as_float32(value)
-    except OverflowError:
-        f32 = math.inf if value > 0 else -math.inf
+    f32 = _as_float32(value)
     if math.isinf(f32):
         return "+Inf" if f32 > 0 else "-Inf"
     sign = "-" if math.copysign(1.0, f32) < 0 else ""

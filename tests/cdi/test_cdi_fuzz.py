@@ -203,3 +203,111 @@ def test_valid_edits_survive_a_json_round_trip(doc: Any) -> None:
     again = parse_spec_text(json.dumps(rewritten), "fuzz.json", "json").spec
     assert again.devices == spec.devices
     assert again.container_edits == spec.container_edits
+
+
+TEXT = st.one_of(
+    st.text(max_size=10),
+    st.sampled_from(
+        ["", "/dev/x", "dev/x", "A=", "=b", "0", "0:1", "a.b/c", "rwm", "c", "..", "x/y"]
+    ),
+)
+SCALAR_TEXT = st.one_of(
+    TEXT, st.integers(), st.booleans(), st.floats(allow_nan=False, allow_infinity=False)
+)
+UINT32 = st.integers(min_value=0, max_value=2**32 - 1)
+INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
+
+
+def _optional(strategy: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    return st.one_of(st.none(), strategy)
+
+
+def _drop_nones(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in d.items() if v is not None}
+
+
+EDITS = st.builds(
+    lambda **kw: _drop_nones(kw),
+    env=_optional(st.lists(SCALAR_TEXT, max_size=3)),
+    deviceNodes=_optional(
+        st.lists(
+            st.builds(
+                lambda **kw: _drop_nones(kw),
+                path=SCALAR_TEXT,
+                hostPath=_optional(TEXT),
+                type=_optional(TEXT),
+                major=_optional(INT64),
+                minor=_optional(INT64),
+                fileMode=_optional(UINT32),
+                permissions=_optional(TEXT),
+                uid=_optional(UINT32),
+                gid=_optional(UINT32),
+            ),
+            max_size=2,
+        )
+    ),
+    mounts=_optional(
+        st.lists(
+            st.builds(
+                lambda **kw: _drop_nones(kw),
+                hostPath=TEXT,
+                containerPath=TEXT,
+                type=_optional(TEXT),
+                options=_optional(st.lists(TEXT, max_size=3)),
+            ),
+            max_size=2,
+        )
+    ),
+    hooks=_optional(
+        st.lists(
+            st.builds(
+                lambda **kw: _drop_nones(kw),
+                hookName=st.one_of(TEXT, st.sampled_from(["prestart", "createContainer"])),
+                path=TEXT,
+                args=_optional(st.lists(TEXT, max_size=3)),
+                env=_optional(st.lists(TEXT, max_size=2)),
+                timeout=_optional(INT64),
+            ),
+            max_size=2,
+        )
+    ),
+    intelRdt=_optional(
+        st.builds(
+            lambda **kw: _drop_nones(kw),
+            closID=_optional(TEXT),
+            l3CacheSchema=_optional(TEXT),
+            memBwSchema=_optional(TEXT),
+            schemata=_optional(st.lists(TEXT, max_size=2)),
+            enableMonitoring=_optional(st.booleans()),
+        )
+    ),
+    additionalGids=_optional(st.lists(UINT32, max_size=2)),
+    netDevices=_optional(st.lists(st.builds(dict, hostInterfaceName=TEXT, name=TEXT), max_size=2)),
+)
+ANNOTATIONS = st.dictionaries(TEXT, TEXT, max_size=3)
+SPEC_SHAPED = st.builds(
+    lambda **kw: _drop_nones(kw),
+    cdiVersion=st.one_of(st.sampled_from(["0.3.0", "0.5.0", "v0.6.0", "0.7.0", "1.1.0"]), TEXT),
+    kind=st.one_of(st.sampled_from(["vendor.com/gpu", "v/c.d"]), TEXT),
+    annotations=_optional(ANNOTATIONS),
+    containerEdits=_optional(EDITS),
+    devices=st.lists(
+        st.builds(
+            lambda **kw: _drop_nones(kw),
+            name=SCALAR_TEXT,
+            annotations=_optional(ANNOTATIONS),
+            containerEdits=_optional(EDITS),
+        ),
+        max_size=3,
+    ),
+)
+
+
+@FUZZ
+@given(SPEC_SHAPED)
+def test_spec_shaped_documents_reach_the_semantic_pass_safely(doc: Any) -> None:
+    """Schema-valid shapes with arbitrary content: only SpecError, in both formats."""
+    text = json.dumps(doc)
+    as_json = check(text, "json")
+    as_yaml = check(text, "yaml")  # JSON is YAML
+    assert (as_json is None) == (as_yaml is None)

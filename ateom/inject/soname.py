@@ -14,9 +14,12 @@ import struct
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import BinaryIO
 
 from elftools.common.exceptions import ELFError
+from elftools.construct.core import ConstructError
 from elftools.elf.elffile import ELFFile
+from elftools.elf.structs import ELFStructs
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,12 +35,29 @@ class SonameRead:
 
 
 def read_soname(path: str) -> SonameRead:
-    """Read `path`'s DT_SONAME with pyelftools (reads the file).
+    """Read `path`'s DT_SONAME with pyelftools' ELF structures (reads the file).
+
+    Reads only what the loader reads: the ELF header, the program headers,
+    the PT_DYNAMIC entries and one string of the dynamic string table (found
+    through DT_STRTAB and the PT_LOAD segments). pyelftools' `ELFFile` would
+    also build its structure parsers anew per file and wrap every segment and
+    section, ~5x slower; the parsers are cached here per ELF flavour instead.
+    (`read_soname_elffile` is the plain `ELFFile` reading, kept as the
+    reference the tests compare against.)
 
     Never raises for a bad file: a missing, non-ELF or truncated library gives
     a `SonameRead` with `error` set, because one odd file must not cost the
     whole GPU (the caller skips its link and logs why).
     """
+    try:
+        with open(path, "rb") as f:
+            return _read_dynamic_soname(f)
+    except _READ_ERRORS as e:
+        return SonameRead(soname=None, error=f"{type(e).__name__}: {e}")
+
+
+def read_soname_elffile(path: str) -> SonameRead:
+    """`read_soname` through pyelftools' full `ELFFile` API (slower; the reference)."""
     try:
         with open(path, "rb") as f:
             elf = ELFFile(f)
@@ -48,9 +68,82 @@ def read_soname(path: str) -> SonameRead:
                     for tag in segment.iter_tags("DT_SONAME"):  # type: ignore[attr-defined]
                         return SonameRead(soname=str(tag.soname))
                     return SonameRead(soname=None)
-            return SonameRead(soname=None, error="no PT_DYNAMIC segment: not a shared library")
-    except (ELFError, OSError, ValueError, struct.error, UnicodeDecodeError, AttributeError) as e:
+            return SonameRead(soname=None, error=_NO_DYNAMIC)
+    except _READ_ERRORS as e:
         return SonameRead(soname=None, error=f"{type(e).__name__}: {e}")
+
+
+_READ_ERRORS = (ELFError, ConstructError, OSError, ValueError, struct.error,
+                UnicodeDecodeError, AttributeError, KeyError)
+_NO_DYNAMIC = "no PT_DYNAMIC segment: not a shared library"
+_MAX_SONAME = 4096
+
+_structs_cache: dict[tuple[object, ...], ELFStructs] = {}
+_structs_lock = threading.Lock()
+
+
+def _structs(key: tuple[object, ...]) -> ELFStructs:
+    """pyelftools' parsers for one ELF flavour, built once (that is the slow part)."""
+    with _structs_lock:
+        found = _structs_cache.get(key)
+    if found is not None:
+        return found
+    built = ELFStructs(little_endian=bool(key[0]), elfclass=int(str(key[1])))
+    built.create_basic_structs()
+    if len(key) > 2:
+        built.create_advanced_structs(*(str(k) for k in key[2:]))
+    with _structs_lock:
+        return _structs_cache.setdefault(key, built)
+
+
+def _read_dynamic_soname(f: BinaryIO) -> SonameRead:
+    ident = f.read(6)
+    if ident[:4] != b"\x7fELF":
+        raise ELFError("Magic number does not match")
+    elfclass = {1: 32, 2: 64}.get(ident[4])
+    little = {1: True, 2: False}.get(ident[5])
+    if elfclass is None or little is None:
+        raise ELFError(f"invalid EI_CLASS/EI_DATA {ident[4:6]!r}")
+    f.seek(0)
+    header = _structs((little, elfclass)).Elf_Ehdr.parse_stream(f)
+    structs = _structs((little, elfclass, header.e_type, header.e_machine,
+                        header.e_ident.EI_OSABI))
+    loads = []
+    dynamic = None
+    for i in range(header.e_phnum):
+        f.seek(header.e_phoff + i * header.e_phentsize)
+        ph = structs.Elf_Phdr.parse_stream(f)
+        if ph.p_type == "PT_LOAD":
+            loads.append((ph.p_vaddr, ph.p_filesz, ph.p_offset))
+        elif ph.p_type == "PT_DYNAMIC" and dynamic is None:
+            dynamic = (ph.p_offset, ph.p_filesz)
+    if dynamic is None:
+        return SonameRead(soname=None, error=_NO_DYNAMIC)
+    entry_size = structs.Elf_Dyn.sizeof()
+    f.seek(dynamic[0])
+    soname_index = strtab = None
+    for _ in range(dynamic[1] // entry_size):
+        entry = structs.Elf_Dyn.parse_stream(f)
+        tag = entry.d_tag
+        if tag == "DT_NULL":
+            break
+        if tag == "DT_SONAME":
+            soname_index = entry.d_val
+        elif tag == "DT_STRTAB":
+            strtab = entry.d_val
+    if soname_index is None:
+        return SonameRead(soname=None)
+    if strtab is None:
+        raise ELFError("DT_SONAME without DT_STRTAB")
+    for vaddr, filesz, offset in loads:
+        if vaddr <= strtab < vaddr + filesz:
+            f.seek(offset + strtab - vaddr + soname_index)
+            raw = f.read(_MAX_SONAME)
+            end = raw.find(b"\0")
+            if end < 0:
+                raise ELFError("unterminated DT_SONAME string")
+            return SonameRead(soname=raw[:end].decode("utf-8"))
+    raise ELFError(f"DT_STRTAB {strtab:#x} is in no PT_LOAD segment")
 
 
 FileKey = tuple[int, int, int, int]  # st_dev, st_ino, st_size, st_mtime_ns

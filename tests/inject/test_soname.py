@@ -12,8 +12,9 @@ from ateom.inject.soname import (
     SonameRead,
     plan_soname_links,
     read_soname,
+    read_soname_elffile,
 )
-from ateom.testing import compile_shared_library
+from ateom.testing import FakeLibrary, compile_shared_library
 
 from ._support import needs_gcc
 
@@ -108,3 +109,26 @@ def test_plan_links_skips_odd_libraries() -> None:
     assert "not a bare file name" in reasons["/h/libesc.so.3"]
     assert "unreadable ELF" in reasons["/h/libbad.so.3"]
     assert "shadow a mount" in reasons["/h/libshadow.so.9"]
+
+
+@needs_gcc
+def test_fast_reader_agrees_with_pyelftools_elffile(elf_dir: Path,
+                                                    fake_driver: list[FakeLibrary]) -> None:
+    files = [p for p in sorted(elf_dir.iterdir())] + [lib.path for lib in fake_driver]
+    files += [Path(p) for p in ("/bin/busybox", "/lib64/ld-linux-x86-64.so.2") if os.path.exists(p)]
+    for path in files:
+        fast, reference = read_soname(str(path)), read_soname_elffile(str(path))
+        assert fast.soname == reference.soname, path
+        assert (fast.error is None) == (reference.error is None), path
+
+
+@needs_gcc
+def test_truncated_anywhere_never_gives_a_wrong_soname(elf_dir: Path, tmp_path: Path) -> None:
+    whole = (elf_dir / "libgood.so.1.2.3").read_bytes()
+    cut = tmp_path / "libcut.so.1"
+    for size in sorted({*range(0, 128, 7), *range(128, len(whole), max(1, len(whole) // 60))}):
+        cut.write_bytes(whole[:size])
+        read = read_soname(str(cut))
+        assert read.soname in (None, "libgood.so.1"), size
+        if read.soname is None:
+            assert read.error, size

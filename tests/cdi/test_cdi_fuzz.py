@@ -16,6 +16,7 @@ import yaml
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from ateom.cdi import schema
 from ateom.cdi.edits import edits_to_json
 from ateom.cdi.parse import decode_document
 from ateom.cdi.spec_file import LoadedSpec, parse_spec_text
@@ -311,3 +312,21 @@ def test_spec_shaped_documents_reach_the_semantic_pass_safely(doc: Any) -> None:
     as_json = check(text, "json")
     as_yaml = check(text, "yaml")  # JSON is YAML
     assert (as_json is None) == (as_yaml is None)
+
+
+def _errors(validator: Any, doc: Any) -> list[tuple[str, str, str]]:
+    return sorted(
+        (json.dumps(list(e.absolute_path)), str(e.validator), e.message)
+        for e in validator.iter_errors(doc)
+    )
+
+
+PLAIN_VALIDATOR = schema._BASE_CLASS(schema.inline_refs(schema.SCHEMA))
+
+
+@FUZZ
+@given(st.one_of(SPEC_SHAPED, mutated_specs(), DOCUMENTS))
+def test_fast_leaf_checks_match_plain_jsonschema(doc: Any) -> None:
+    """The validator's leaf fast path accepts and reports exactly what jsonschema does."""
+    assert schema._VALIDATOR.is_valid(doc) == PLAIN_VALIDATOR.is_valid(doc)
+    assert _errors(schema._VALIDATOR, doc) == _errors(PLAIN_VALIDATOR, doc)

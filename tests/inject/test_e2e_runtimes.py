@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import uuid
 from pathlib import Path
 
 import pytest
@@ -162,3 +163,26 @@ def test_runsc_cuda_program_fails_without_the_soname_link(
     assert "error while loading shared libraries: libcuda.so.1" in result.stdout + result.stderr
     assert "cuInit=0" not in result.stdout
     assert facts(result.stdout, "probe") != ["0"]
+
+
+@pytest.mark.parametrize("runtime", ["runsc", "runc"])
+def test_run_container_cleans_up_after_a_timeout(tmp_path: Path, runtime: str) -> None:
+    """ateom.testing's runner leaves no sandbox behind, even when the run hangs."""
+    needs(runtime)
+    # runc's container shell is a host process (found by the marker in its
+    # cmdline); runsc's sandbox and gofer carry the container id in theirs.
+    marker = f"ateom-timeout-{uuid.uuid4().hex}"
+    bundle = build_busybox_bundle(tmp_path / "bundle", ["sh", "-c", f"sleep 600; : {marker}"])
+    result = run_container(runtime, bundle, timeout=3)
+    assert result.timed_out
+    leftovers = [pid for pid in os.listdir("/proc") if pid.isdigit()
+                 and (result.container_id in _cmdline(pid) or marker in _cmdline(pid))]
+    assert leftovers == []
+
+
+def _cmdline(pid: str) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""

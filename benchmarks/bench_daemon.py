@@ -239,6 +239,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--fixture", type=Path, help="make_gpu_fixture.py output directory")
     parser.add_argument("-n", type=int, default=5, help="iterations per figure")
+    parser.add_argument("--keep", action="store_true", help="keep the work dir (logs)")
     args = parser.parse_args()
     if os.geteuid() != 0 or not shutil.which("runsc"):
         print("bench_daemon: needs root and runsc", file=sys.stderr)
@@ -284,8 +285,17 @@ def main() -> int:
               f"{extra:>+8.1f} ms {pct:+6.1f}%")
     s = figures["serve_to_serving_ms"]
     print(f"serve -> SERVING: {s}  idle RSS: {figures['idle_rss_mib']} MiB")  # type: ignore[index]
+    phases: dict[str, list[float]] = {}
+    for line in (base / "daemon.log").read_text().splitlines():
+        event = json.loads(line) if line.startswith("{") else {}
+        if event.get("event") == "phase" and event.get("actor_uid", "").startswith("run"):
+            key = f"{event['phase']}:{event.get('container', '')}".rstrip(":")
+            phases.setdefault(key, []).append(event["duration_ms"])
+    print("RunWorkload phases (median ms): " + ", ".join(
+        f"{k} {statistics.median(v):.1f}" for k, v in phases.items()))
     print(json.dumps(figures))
-    shutil.rmtree(base, ignore_errors=True)
+    if not args.keep:
+        shutil.rmtree(base, ignore_errors=True)
     return 0
 
 

@@ -364,15 +364,18 @@ class AteomService:
 
         self.reaper.watch(actor.sandbox_pid, exited)
 
-    def _teardown(self, runsc: Runsc, names: Sequence[str], grace: float) -> None:
+    def _teardown(self, runsc: Runsc, names: Sequence[str], grace: float,
+                  *, ask_runsc: bool = True) -> None:
         """Kill (TERM, grace, KILL) and delete apps then the sandbox root; clean the state dir.
 
-        Skips what `runsc list` no longer shows. Then kills any runsc process
-        still running with this actor's --root: a container left `created`
-        by a failed flow keeps its sandbox after `delete -force` otherwise.
+        Skips what `runsc list` no longer shows (`ask_runsc` False: the caller
+        knows every container exists, as right after a checkpoint). Then kills
+        any runsc process still running with this actor's --root: a container
+        left `created` by a failed flow keeps its sandbox after `delete -force`
+        otherwise.
         """
         with phase("teardown"):
-            listed = runsc.list()
+            listed = runsc.list() if ask_runsc else None
             known = set(names) if listed is None else set(listed)
             present = [n for n in names if n in known]
             ordered = list(reversed(present))  # apps first, sandbox root last
@@ -521,14 +524,14 @@ class AteomService:
                     os.path.relpath(os.path.join(d, f), image)
                     for d, _, fs in os.walk(image) for f in fs
                 ))
-                self._release(actor, grace=0)
+                self._release(actor, grace=0, ask_runsc=False)
                 log.info("actor_checkpointed", files=list(files))
                 return CheckpointResult(files)
 
-    def _release(self, actor: Actor, grace: float) -> None:
+    def _release(self, actor: Actor, grace: float, *, ask_runsc: bool = True) -> None:
         sandbox: Sandbox = actor.sandbox
         try:
-            self._teardown(sandbox.runsc, sandbox.plan.names, grace)
+            self._teardown(sandbox.runsc, sandbox.plan.names, grace, ask_runsc=ask_runsc)
         finally:
             self._unapply(sandbox)
             if actor.sandbox_pid:
@@ -631,13 +634,16 @@ class AteomService:
         )
 
     def drain(self, grace: float) -> None:
-        """Stop admitting, let in-flight calls finish for up to `grace`, terminate the rest."""
+        """Stop admitting; for up to `grace`, let calls finish and the node agent
+        checkpoint or terminate its actors (Checkpoint/Terminate stay open);
+        then terminate whatever is still hosted."""
         with self._inflight_cond:
             self.state = "draining"
             deadline = time.monotonic() + grace
-            while self._inflight and time.monotonic() < deadline:
-                self._inflight_cond.wait(timeout=deadline - time.monotonic())
-            log.info("draining", inflight=self._inflight, hosted=len(self.actors))
+            log.info("draining", inflight=self._inflight, hosted=len(self.actors), grace=grace)
+            while (self._inflight or len(self.actors)) and time.monotonic() < deadline:
+                self._inflight_cond.wait(timeout=min(0.1, deadline - time.monotonic()))
+            log.info("drained", inflight=self._inflight, hosted=len(self.actors))
         for actor in self.actors.snapshot():
             with contextlib.suppress(AteomError):
                 self.terminate_workload(TerminateRequest(actor=actor.ref))

@@ -287,7 +287,11 @@ def test_admission_codes(make_world) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(AteomError) as draining:
         w.service.run_workload(w.run("m3"))
     assert draining.value.code is ErrorCode.UNAVAILABLE
-    w.service.terminate_workload(TerminateRequest(actor=ActorRef("m1")))  # still allowed
+    # While draining the node agent may still save its actors.
+    result = w.service.checkpoint_workload(CheckpointRequest(actor=ActorRef("m1"),
+                                                             dirs=w.dirs("m1")))
+    assert result.snapshot_files
+    w.service.terminate_workload(TerminateRequest(actor=ActorRef("m1")))  # idempotent
 
 
 def test_runsc_path_must_be_configured_or_under_runsc_dir(make_world, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

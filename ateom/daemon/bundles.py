@@ -62,6 +62,17 @@ def foreign_hooks(config: dict[str, Any]) -> list[str]:
     return found
 
 
+def refuse_foreign_hooks(config: dict[str, Any], path: str) -> None:
+    """A bundle as the node agent wrote it must carry no hooks (pure)."""
+    hooks = foreign_hooks(config)
+    if hooks:
+        raise AteomError(
+            f"{path}: refusing OCI hooks ateom did not inject (they would run as root on the"
+            f" host): {', '.join(hooks)}",
+            code=ErrorCode.FAILED_PRECONDITION,
+        )
+
+
 def prepare_config(
     config: dict[str, Any],
     path: str,
@@ -72,14 +83,12 @@ def prepare_config(
     cpu_milli: int = 0,
     memory_bytes: int = 0,
 ) -> PreparedConfig:
-    """The config runsc will see for `container` (pure; `config` is not changed)."""
-    hooks = foreign_hooks(config)
-    if hooks:
-        raise AteomError(
-            f"{path}: refusing OCI hooks ateom did not inject (they would run as root on the"
-            f" host): {', '.join(hooks)}",
-            code=ErrorCode.FAILED_PRECONDITION,
-        )
+    """The config runsc will see for `container` (pure; `config` is not changed).
+
+    `config` is the node agent's, or that after device injection: hooks the
+    injector added (allowlisted, rewritten to its trusted binary) are kept;
+    check the node agent's own config with `refuse_foreign_hooks` first.
+    """
     out = copy.deepcopy(config)
     annotations = dict(out.get("annotations") or {})
     removed = tuple(sorted(k for k in annotations if k.startswith(GVISOR_PREFIX)))
@@ -89,7 +98,6 @@ def prepare_config(
     annotations[SANDBOX_ID] = sandbox_id
     annotations[CONTAINER_NAME] = container
     out["annotations"] = annotations
-    out.pop("hooks", None)
     if is_sandbox and (cpu_milli or memory_bytes):
         # Limits belong to the sandbox (its root container's cgroup); runsc
         # applies them when it manages cgroups (not with --ignore-cgroups).
@@ -103,4 +111,5 @@ def prepare_config(
 
 
 def dump_config(config: dict[str, Any]) -> bytes:
-    return (json.dumps(config, indent=4) + "\n").encode()
+    # Compact like the injector's: json's C encoder only runs without indent.
+    return json.dumps(config, separators=(",", ":")).encode()

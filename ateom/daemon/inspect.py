@@ -82,5 +82,5 @@ class InspectServicer(pb_grpc.InspectServicer):
             d.qualified_name for d in registry.devices()))
         for name in names:
             devices.check_gvisor_devices(os.path.basename(bundle), [name])
-        diff = self.service.injector(bundle, registry.resolve(names), True)
-        return pb.PlanInjectionResponse(devices=names, diff=diff)
+        plan = self.service.injector.plan(bundle, registry.resolve(names))
+        return pb.PlanInjectionResponse(devices=names, diff=plan.diff())

@@ -14,14 +14,15 @@ object; tests drive it directly.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import shutil
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 
@@ -38,6 +39,7 @@ from ateom.daemon.requests import (
     CheckpointRequest,
     CheckpointResult,
     ContainerRequest,
+    DevicePolicy,
     RestoreRequest,
     RunRequest,
     StatsSample,
@@ -55,22 +57,37 @@ from ateom.errors import AteomError, ErrorCode
 
 log = structlog.get_logger("ateom.service")
 
-# injector(bundle_dir, resolution, dry_run) -> unified diff of config.json.
-Injector = Callable[[str, Resolution, bool], str]
+class Injector(Protocol):
+    """How devices get into a bundle: plan (reads only), then apply (writes)."""
+
+    def plan(self, bundle_dir: str, resolution: Resolution) -> Any:
+        """An `ateom.inject.injector.InjectionPlan`; raises InjectionError."""
+
+    def apply(self, plan: Any, config: bytes) -> None:
+        """Carry out `plan`, writing `config` (the planned config plus ateom's own edits)."""
 
 
-def default_injector(environ: dict[str, str]) -> Injector:
-    """The CDI injector with the gVisor NVIDIA profile (imported on first use)."""
+class CdiInjector:
+    """The CDI injector with the gVisor NVIDIA profile (imported on first use).
 
-    def inject(bundle_dir: str, resolution: Resolution, dry_run: bool) -> str:
-        from ateom.inject.injector import inject_devices
+    ateom's bundle edits (annotations) are applied to the plan's resulting
+    config before it is written, so a bundle is planned once and written
+    once: the dry run that validates a request is the plan that is applied.
+    """
+
+    def __init__(self, environ: dict[str, str]) -> None:
+        self.environ = environ
+
+    def plan(self, bundle_dir: str, resolution: Resolution) -> Any:
+        from ateom.inject.injector import plan_injection
         from ateom.inject.options import gvisor_nvidia_options
 
-        plan = inject_devices(bundle_dir, resolution, gvisor_nvidia_options(environ),
-                              dry_run=dry_run)
-        return str(plan.diff())
+        return plan_injection(bundle_dir, resolution, gvisor_nvidia_options(self.environ))
 
-    return inject
+    def apply(self, plan: Any, config: bytes) -> None:
+        from ateom.inject.injector import apply_plan
+
+        apply_plan(dataclasses.replace(plan, config_after=config))
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,9 +96,9 @@ class ContainerPlan:
     runsc_id: str  # its runsc container id (the sandbox root's carries the uid)
     bundle: str
     original: bytes  # config.json as the node agent left it (restored on clean-up)
-    prepared: bytes  # config.json runsc sees, before device injection
+    prepared: bytes  # config.json runsc sees (devices injected, ateom's edits made)
     devices: tuple[str, ...]
-    resolution: Resolution | None
+    injection: Any  # the injector's plan, None without devices
     is_sandbox: bool
 
 
@@ -176,7 +193,7 @@ class AteomService:
     ) -> None:
         self.config = config
         self.reaper = reaper or default_reaper()
-        self.injector = injector or default_injector(dict(config.env or os.environ))
+        self.injector: Injector = injector or CdiInjector(dict(config.env or os.environ))
         self.actors = ActorTable(config.max_actors)
         self.state = "starting"
         self.spec_generator = SpecGenerator(
@@ -225,22 +242,21 @@ class AteomService:
                 self._inflight -= 1
                 self._inflight_cond.notify_all()
 
-    def _registry_devices(self, want_gpu_default: bool, explicit: bool) -> tuple[Any, str]:
-        """Load the CDI registry; generate the nvidia spec when GPUs exist but no spec does."""
+    def _registry(self, *, generate_gpu_spec: bool) -> Any:
+        """Load the CDI registry (reads spec files); generate the nvidia.com/gpu spec
+        with nvidia-ctk when the Pod has GPUs but no spec describes them."""
         from ateom.cdi.registry import Registry
 
         spec_dirs = list(self.config.spec_dirs)
         if self.spec_generator.generated:
             spec_dirs.append(self.config.generated_cdi_dir)
         registry = Registry.load(spec_dirs)
-        source = ""
-        if want_gpu_default and not registry.has_kind(devices.GPU_KIND):
+        if generate_gpu_spec and not registry.has_kind(devices.GPU_KIND):
             with phase("cdi.generate"):
                 generated = self.spec_generator.ensure()
             spec_dirs.append(os.path.dirname(generated))
             registry = Registry.load(list(dict.fromkeys(spec_dirs)))
-            source = f"generated:{generated}"
-        return registry, source
+        return registry
 
     def _plan(
         self, uid: str, bundle_root: str, containers: Sequence[ContainerRequest],
@@ -250,17 +266,11 @@ class AteomService:
         pause = self.config.pause_container
         root_id = sandbox_root_id(uid, pause)
         present = gpu_present(self.config.gpu_glob)
-        needs_registry = any(
-            c.devices.policy.value == "explicit" or (present and c.devices.policy.value
-                                                     == "pod-default")
-            for c in containers
-        )
+        wants_default = present and any(
+            c.devices.policy is DevicePolicy.POD_DEFAULT for c in containers)
         registry = None
-        if needs_registry:
-            registry, _ = self._registry_devices(
-                present and any(c.devices.policy.value == "pod-default" for c in containers),
-                True,
-            )
+        if wants_default or any(c.devices.policy is DevicePolicy.EXPLICIT for c in containers):
+            registry = self._registry(generate_gpu_spec=wants_default)
         pod_default = devices.pod_default_devices(
             d.qualified_name for d in registry.devices()) if registry else ()
         plans = []
@@ -279,16 +289,10 @@ class AteomService:
             except OSError as exc:
                 raise AteomError(f"{config_path}: cannot read: {exc.strerror}",
                                  code=ErrorCode.FAILED_PRECONDITION) from None
-            prepared = bundles.prepare_config(
-                bundles.parse_config(original, config_path), config_path,
-                container=name, sandbox_id=root_id, is_sandbox=request is None,
-                cpu_milli=cpu_milli, memory_bytes=memory_bytes,
-            )
-            if prepared.removed_annotations:
-                log.warning("foreign_annotations_removed", container=name,
-                            annotations=list(prepared.removed_annotations))
+            parsed = bundles.parse_config(original, config_path)
+            bundles.refuse_foreign_hooks(parsed, config_path)
             names: tuple[str, ...] = ()
-            resolution = None
+            injection = None
             if request is not None:
                 names = devices.choose_devices(request, gpu_present=present,
                                                pod_default=pod_default)
@@ -297,27 +301,31 @@ class AteomService:
                     assert registry is not None
                     resolution = registry.resolve(list(names))
                     devices.check_resolution_for_gvisor(name, resolution)
+                    devices.check_nvproxy(info)  # before reading any library
+                    with phase("inject.plan", container=name):
+                        injection = self.injector.plan(bundle, resolution)
+                    parsed = bundles.parse_config(injection.config_after, config_path)
+            prepared = bundles.prepare_config(
+                parsed, config_path, container=name, sandbox_id=root_id,
+                is_sandbox=request is None, cpu_milli=cpu_milli, memory_bytes=memory_bytes,
+            )
+            if prepared.removed_annotations:
+                log.warning("foreign_annotations_removed", container=name,
+                            annotations=list(prepared.removed_annotations))
             plans.append(ContainerPlan(name, root_id if request is None else name,
-                                       bundle, original,
-                                       bundles.dump_config(prepared.config), names, resolution,
-                                       request is None))
-        plan = SandboxPlan(tuple(plans))
-        if plan.gpu:
-            devices.check_nvproxy(info)
-        for c in plan.containers:
-            if c.resolution is not None:
-                with phase("inject.plan", container=c.name):
-                    self.injector(c.bundle, c.resolution, True)
-        return plan
+                                       bundle, original, bundles.dump_config(prepared.config),
+                                       names, injection, request is None))
+        return SandboxPlan(tuple(plans))
 
     def _apply(self, sandbox: Sandbox) -> None:
         """Write each prepared config.json, then inject its devices (writes files)."""
         for c in sandbox.plan.containers:
             sandbox.applied.append(c)
-            _write_atomic(os.path.join(c.bundle, "config.json"), c.prepared)
-            if c.resolution is not None:
+            if c.injection is not None:
                 with phase("inject", container=c.name, devices=list(c.devices)):
-                    self.injector(c.bundle, c.resolution, False)
+                    self.injector.apply(c.injection, c.prepared)
+            else:
+                _write_atomic(os.path.join(c.bundle, "config.json"), c.prepared)
 
     def _unapply(self, sandbox: Sandbox) -> None:
         """Give each bundle back the config.json the node agent wrote (writes files)."""

@@ -271,8 +271,12 @@ def test_prepare_config_sandbox_resources() -> None:
 def test_foreign_hooks_refused() -> None:
     cfg = {"process": {}, "hooks": {"prestart": [{"path": "/bin/evil"}]}}
     with pytest.raises(AteomError, match=r"hooks.prestart\[0\] \(/bin/evil\)") as err:
-        bundles.prepare_config(cfg, "p", container="a", sandbox_id="s", is_sandbox=False)
+        bundles.refuse_foreign_hooks(cfg, "p")
     assert err.value.code is ErrorCode.FAILED_PRECONDITION
+    bundles.refuse_foreign_hooks({"process": {}, "hooks": {}}, "p")
+    # Hooks the injector added (after the check) are kept for runsc.
+    kept = bundles.prepare_config(cfg, "p", container="a", sandbox_id="s", is_sandbox=False)
+    assert kept.config["hooks"] == cfg["hooks"]
 
 
 @pytest.mark.parametrize("raw", [b"", b"{", b"[]", b'{"process": 1}', b'{"root": {}}',

@@ -76,6 +76,7 @@ class Bench:
         self.shim.write_text(SHIM.format(real=RUNSC))
         self.shim.chmod(0o755)
         self.reaper = Reaper().start(reap_all=True)
+        self.raw_phases: dict[str, list[float]] = {}
         self.daemon: int | None = None
 
     # -- the daemon -----------------------------------------------------------
@@ -172,9 +173,14 @@ class Bench:
         ids = {"_pause": f"{bundles.name}_pause", "app": "app"}
         for name, gpu in (("_pause", True), ("app", False)):
             nv = ["--nvproxy"] if gpu else []
+            t0 = time.perf_counter()
             self.runsc(root, *nv, "create", "-bundle", str(bundles / name), "-pid-file",
                        str(root / f"{name}.pid"), ids[name], log=log)
+            t1 = time.perf_counter()
             self.runsc(root, "start", ids[name], log=log)
+            self.raw_phases.setdefault(f"create:{name}", []).append((t1 - t0) * 1000)
+            self.raw_phases.setdefault(f"start:{name}", []).append(
+                (time.perf_counter() - t1) * 1000)
         elapsed = time.perf_counter() - started
         self.raw_teardown(root, [ids["_pause"], "app"], log)
         return elapsed
@@ -291,6 +297,8 @@ def main() -> int:
         if event.get("event") == "phase" and event.get("actor_uid", "").startswith("run"):
             key = f"{event['phase']}:{event.get('container', '')}".rstrip(":")
             phases.setdefault(key, []).append(event["duration_ms"])
+    print("runsc alone, per call (median ms): " + ", ".join(
+        f"{k} {statistics.median(v):.1f}" for k, v in bench.raw_phases.items()))
     print("RunWorkload phases (median ms): " + ", ".join(
         f"{k} {statistics.median(v):.1f}" for k, v in phases.items()))
     print(json.dumps(figures))

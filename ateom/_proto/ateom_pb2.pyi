@@ -399,22 +399,34 @@ class ListDevicesRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ListDevicesResponse(_message.Message):
-    __slots__ = ("devices",)
+    __slots__ = ("devices", "spec_dirs", "spec_errors", "conflicts", "warnings")
     DEVICES_FIELD_NUMBER: _ClassVar[int]
+    SPEC_DIRS_FIELD_NUMBER: _ClassVar[int]
+    SPEC_ERRORS_FIELD_NUMBER: _ClassVar[int]
+    CONFLICTS_FIELD_NUMBER: _ClassVar[int]
+    WARNINGS_FIELD_NUMBER: _ClassVar[int]
     devices: _containers.RepeatedCompositeFieldContainer[CdiDevice]
-    def __init__(self, devices: _Optional[_Iterable[_Union[CdiDevice, _Mapping]]] = ...) -> None: ...
+    spec_dirs: _containers.RepeatedScalarFieldContainer[str]
+    spec_errors: _containers.RepeatedScalarFieldContainer[str]
+    conflicts: _containers.RepeatedScalarFieldContainer[str]
+    warnings: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, devices: _Optional[_Iterable[_Union[CdiDevice, _Mapping]]] = ..., spec_dirs: _Optional[_Iterable[str]] = ..., spec_errors: _Optional[_Iterable[str]] = ..., conflicts: _Optional[_Iterable[str]] = ..., warnings: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class CdiDevice(_message.Message):
-    __slots__ = ("qualified_name", "kind", "spec_path", "device_nodes")
+    __slots__ = ("qualified_name", "kind", "spec_path", "device_nodes", "device", "priority")
     QUALIFIED_NAME_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     SPEC_PATH_FIELD_NUMBER: _ClassVar[int]
     DEVICE_NODES_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
     qualified_name: str
     kind: str
     spec_path: str
     device_nodes: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, qualified_name: _Optional[str] = ..., kind: _Optional[str] = ..., spec_path: _Optional[str] = ..., device_nodes: _Optional[_Iterable[str]] = ...) -> None: ...
+    device: str
+    priority: int
+    def __init__(self, qualified_name: _Optional[str] = ..., kind: _Optional[str] = ..., spec_path: _Optional[str] = ..., device_nodes: _Optional[_Iterable[str]] = ..., device: _Optional[str] = ..., priority: _Optional[int] = ...) -> None: ...
 
 class PlanInjectionRequest(_message.Message):
     __slots__ = ("bundle_dir", "devices")

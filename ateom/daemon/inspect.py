@@ -50,21 +50,32 @@ class InspectServicer(pb_grpc.InspectServicer):
     @rpc("Inspect.ListDevices")
     def ListDevices(self, request: Any, context: grpc.ServicerContext) -> pb.ListDevicesResponse:
         from ateom.cdi.registry import Registry
+        from ateom.cdi.spec_file import spec_problems
 
         registry = Registry.load(list(self.service.config.spec_dirs))
-        return pb.ListDevicesResponse(devices=[
-            pb.CdiDevice(
-                qualified_name=d.qualified_name,
-                kind=d.spec.kind,
-                spec_path=d.spec_path,
-                device_nodes=[
-                    n.path
-                    for n in (*d.spec.container_edits.device_nodes,
-                              *d.device.container_edits.device_nodes)
-                ],
-            )
-            for d in registry.devices()
-        ])
+        return pb.ListDevicesResponse(
+            devices=[
+                pb.CdiDevice(
+                    qualified_name=d.qualified_name,
+                    kind=d.spec.kind,
+                    spec_path=d.spec_path,
+                    device_nodes=[
+                        n.path
+                        for n in (*d.spec.container_edits.device_nodes,
+                                  *d.device.container_edits.device_nodes)
+                    ],
+                    device=d.device.name,
+                    priority=d.priority,
+                )
+                for d in registry.devices()
+            ],
+            spec_dirs=list(registry.spec_dirs),
+            spec_errors=[f"{path}: {p}" for path, e in registry.spec_errors.items()
+                         for p in spec_problems(e)],
+            conflicts=[f"{name}: {', '.join(files)}"
+                       for name, files in registry.conflicts.items()],
+            warnings=list(registry.warnings),
+        )
 
     @rpc("Inspect.PlanInjection")
     def PlanInjection(self, request: Any, context: grpc.ServicerContext

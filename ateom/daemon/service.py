@@ -235,7 +235,10 @@ class AteomService:
                                  code=ErrorCode.UNAVAILABLE)
             self._inflight += 1
         try:
-            with structlog.contextvars.bound_contextvars(actor_uid=uid, op=op.value):
+            # The op is the outer phase: every line of the call carries a phase,
+            # and the whole call's duration is logged like any other phase.
+            with structlog.contextvars.bound_contextvars(actor_uid=uid, op=op.value), \
+                    phase(op.value):
                 yield
         finally:
             with self._inflight_cond:

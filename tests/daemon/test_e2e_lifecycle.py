@@ -347,7 +347,11 @@ def test_grpcurl_as_an_operator(world: World, daemon: Daemon, clean: None) -> No
     assert status["runsc"]["supports_nvproxy"] is True
     assert status["gpu_present"] is True
     devices = json.loads(run("ateom.Inspect/ListDevices"))
-    assert "nvidia.com/gpu=0" in [d["qualified_name"] for d in devices["devices"]]
+    by_name = {d["qualified_name"]: d for d in devices["devices"]}
+    assert by_name["nvidia.com/gpu=0"]["device"] == "0"
+    assert by_name["nvidia.com/gpu=0"]["kind"] == "nvidia.com/gpu"
+    assert "/dev/nvidia0" in by_name["nvidia.com/gpu=0"]["device_nodes"]
+    assert devices["spec_dirs"] == [str(world.spec_dir)]
     health = json.loads(run("grpc.health.v1.Health/Check"))
     assert health["status"] == "SERVING"
 
@@ -425,3 +429,20 @@ def test_two_actors_side_by_side_with_max_actors_2(tmp_path: Path) -> None:
     assert not runsc_processes(str(world.run_dir / "actors" / "left"))
     assert not runsc_processes(str(world.run_dir / "actors" / "right"))
     assert dev_null_ok()
+
+
+def test_plan_injection_is_a_read_only_dry_run(world: World, daemon: Daemon, clean: None) -> None:
+    bundles = world.bundles("planned", {"app": ["true"]})
+    before = _tree_digest(world.actors_root / "planned")
+    resp = daemon.inspect.PlanInjection(pb.PlanInjectionRequest(
+        bundle_dir=str(bundles / "app"), devices=["nvidia.com/gpu=1"]))
+    assert list(resp.devices) == ["nvidia.com/gpu=1"]
+    assert "LD_LIBRARY_PATH" in resp.diff and "/dev/nvidia1" in resp.diff
+    assert "+symlink rootfs/usr/local/nvidia/lib64/libcuda.so.1 -> " in resp.diff
+    assert _tree_digest(world.actors_root / "planned") == before
+    default = daemon.inspect.PlanInjection(pb.PlanInjectionRequest(bundle_dir=str(bundles / "app")))
+    assert list(default.devices) == ["nvidia.com/gpu=0", "nvidia.com/gpu=1"]
+    for bad in ("/etc", str(world.actors_root / "planned" / ".." / "x")):
+        with pytest.raises(grpc.RpcError) as err:
+            daemon.inspect.PlanInjection(pb.PlanInjectionRequest(bundle_dir=bad))
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT

@@ -77,10 +77,13 @@ class AteomServicer(pb_grpc.AteomServicer):
 
 
 def prepare_socket(path: str) -> None:
-    """Parent dir 0700; a stale socket is removed, anything else in the way is refused."""
+    """Parent dir made 0700 when ateom creates it (an existing one is left as it is:
+    it may be shared, like /tmp); a stale socket is removed, anything else in
+    the way is refused."""
     parent = os.path.dirname(path) or "."
-    os.makedirs(parent, mode=0o700, exist_ok=True)
-    os.chmod(parent, 0o700)
+    if not os.path.isdir(parent):
+        os.makedirs(parent, mode=0o700, exist_ok=True)
+        os.chmod(parent, 0o700)  # makedirs' mode is filtered by the umask
     try:
         st = os.lstat(path)
     except FileNotFoundError:

@@ -589,6 +589,10 @@ class AteomService:
         sandbox: Sandbox | None = actor.sandbox
         if sandbox is None:
             raise AteomError(f"actor {uid}: no sandbox", code=ErrorCode.FAILED_PRECONDITION)
+        if actor.sandbox_exit is not None:
+            raise AteomError(
+                f"actor {uid}: its sandbox exited (code {actor.sandbox_exit}); terminate it",
+                code=ErrorCode.FAILED_PRECONDITION)
         try:
             data = sandbox.runsc.stats(sandbox.plan.root_id)
         except RunscError as exc:

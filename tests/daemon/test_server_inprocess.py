@@ -46,7 +46,6 @@ def test_socket_health_and_codes(running) -> None:  # type: ignore[no-untyped-de
     server, channel, sock = running
     assert stat.S_ISSOCK(os.stat(sock).st_mode)
     assert stat.S_IMODE(os.stat(sock).st_mode) == 0o660
-    assert stat.S_IMODE(os.stat(sock.parent).st_mode) == 0o700
     health = health_pb2_grpc.HealthStub(channel)
     for name in ("", "ateom.Ateom", "ateom.Inspect"):
         resp = health.Check(health_pb2.HealthCheckRequest(service=name))
@@ -73,6 +72,16 @@ def test_socket_health_and_codes(running) -> None:  # type: ignore[no-untyped-de
     status = pb_grpc.InspectStub(channel).GetStatus(pb.GetStatusRequest())
     assert status.state == "draining" and status.runsc.version == "fake-1"
     assert not status.runsc.supports_nvproxy and not status.gpu_present
+
+
+def test_existing_socket_dir_keeps_its_mode(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o755)
+    shared.chmod(0o1777)
+    prepare_socket(str(shared / "a.sock"))
+    assert stat.S_IMODE(os.stat(shared).st_mode) == 0o1777
+    prepare_socket(str(tmp_path / "new" / "a.sock"))
+    assert stat.S_IMODE(os.stat(tmp_path / "new").st_mode) == 0o700
 
 
 def test_refuses_to_replace_a_non_socket(tmp_path: Path) -> None:

@@ -57,6 +57,10 @@ elif cmd == "kill":
 else:
     target = name[-1]
 key = (cmd + " " + target).strip()
+SLOW = FAIL.replace("fail.txt", "slow.txt")
+if os.path.exists(SLOW) and key in open(SLOW).read().split("\n"):
+    import time
+    time.sleep(0.5)
 fails = open(FAIL).read().split("\n") if os.path.exists(FAIL) else []
 if key in fails:
     msg = "fake runsc: " + key + " failed: boom marker"
@@ -124,6 +128,10 @@ class FakeRunsc:
 
     def fail(self, *calls: str) -> None:
         self.fail_file.write_text("\n".join(calls) + "\n")
+
+    def slow(self, *calls: str) -> None:
+        """These calls take 0.5 s."""
+        (self.fail_file.parent / "slow.txt").write_text("\n".join(calls) + "\n")
 
     def calls(self) -> list[list[str]]:
         """Recorded argv (after the binary), probes excluded."""

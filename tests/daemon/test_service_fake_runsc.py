@@ -347,3 +347,26 @@ def test_drain_terminates_hosted_actors(make_world) -> None:  # type: ignore[no-
     assert w.service.state == "draining"
     assert w.service.actors.get("d1") is None
     assert "delete d1_pause" in w.fake.commands()
+
+
+def test_calls_for_one_actor_are_serialized(make_world) -> None:  # type: ignore[no-untyped-def]
+    import threading
+    import time
+
+    w = make_world()
+    w.fake.slow("start app")
+    req = w.run("s2", "app")
+    runner = threading.Thread(target=w.service.run_workload, args=(req,))
+    runner.start()
+    deadline = time.monotonic() + 10
+    while "create app" not in w.fake.commands() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    with pytest.raises(AteomError) as booting:
+        w.service.workload_stats("s2")
+    assert booting.value.code is ErrorCode.FAILED_PRECONDITION
+    w.service.terminate_workload(TerminateRequest(actor=ActorRef("s2")))  # waits for the Run
+    runner.join(10)
+    commands = w.fake.commands()
+    assert commands.index("start app") < commands.index("list")
+    assert commands[-2:] == ["delete app", "delete s2_pause"]
+    assert w.service.actors.get("s2") is None

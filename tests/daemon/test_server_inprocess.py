@@ -32,7 +32,7 @@ def running(tmp_path: Path):  # type: ignore[no-untyped-def]
     stale.close()
     config = DaemonConfig(actors_root=str(tmp_path / "actors"), runsc=str(fake.path),
                           run_dir=str(tmp_path / "run"), socket=str(sock),
-                          gpu_glob=str(tmp_path / "none*"))
+                          gpu_glob=str(tmp_path / "none*"), listen="127.0.0.1:0")
     service = AteomService(config, reaper=Reaper())
     server = start_server(config, service)
     channel = grpc.insecure_channel(f"unix:{sock}")
@@ -61,6 +61,12 @@ def test_socket_health_and_codes(running) -> None:  # type: ignore[no-untyped-de
     assert err.value.code() == grpc.StatusCode.NOT_FOUND
     assert not stub.GetActiveWorkloadStats(pb.GetActiveWorkloadStatsRequest()).samples
     stub.TerminateWorkload(pb.TerminateWorkloadRequest(actor_uid="ghost"))  # idempotent
+
+    # --listen: the same services over TCP.
+    assert server.tcp_port
+    with grpc.insecure_channel(f"127.0.0.1:{server.tcp_port}") as tcp:
+        resp = health_pb2_grpc.HealthStub(tcp).Check(health_pb2.HealthCheckRequest(), timeout=10)
+        assert resp.status == health_pb2.HealthCheckResponse.SERVING
 
     server.set_serving(False)
     server.service.state = "draining"

@@ -1,8 +1,9 @@
-bash scripts/bootstrap.sh
-# The ateom demo: start the daemon, run an actor with a simulated GPU, show what it
-# sees, checkpoint, restore and terminate, then stop the daemon. Needs root (runsc).
+#!/usr/bin/env bash
+# The main job on bundled fixtures: start the daemon, run an actor with a simulated GPU,
+# show what it sees, checkpoint, restore and terminate it, then stop. Needs root (runsc).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+bash scripts/bootstrap.sh
 PYTHON=${PYTHON:-python3}
 [ "$(id -u)" -eq 0 ] || { echo "demo: run as root (runsc needs it)" >&2; exit 1; }
 
@@ -110,3 +111,4 @@ for line in open(sys.argv[1]):
         print(f"  {e['actor_uid']:9} {e['phase']:17} {e.get('container', ''):8}"
               f" {e['duration_ms']:8.1f} {e['outcome']}")
 PY
+echo "logs and state kept in $DEMO"

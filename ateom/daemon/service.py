@@ -402,7 +402,7 @@ class AteomService:
             for name in ordered:
                 runsc.kill(name, "KILL")
             for name in ordered:
-                with phase("runsc.delete", container=name):
+                with phase("runsc.delete", container=runsc.log_names.get(name, name)):
                     runsc.delete(name)
             for name in sorted(known - set(present)):  # containers we never asked for
                 runsc.kill(name, "KILL")

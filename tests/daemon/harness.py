@@ -144,14 +144,15 @@ class World:
 class Daemon:
     """`ateom serve` as a subprocess, with its JSON log captured to a file."""
 
-    def __init__(self, world: World, runsc: str, **extra: str) -> None:
+    def __init__(self, world: World, runsc: str, *, wrap: tuple[str, ...] = (),
+                 **extra: str) -> None:
         self.world = world
         self.log_path = world.base / f"daemon-{time.monotonic_ns()}.log"
         self._log = open(self.log_path, "wb")  # noqa: SIM115
         env = dict(os.environ)
         env["ATEOM_NVIDIA_TOOLKIT_DIR"] = str(world.base / "toolkit")
         self.proc = subprocess.Popen(
-            world.daemon_args(runsc, **extra), stdout=self._log, stderr=subprocess.STDOUT,
+            [*wrap, *world.daemon_args(runsc, **extra)], stdout=self._log, stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL, env=env,
         )
         self.channel = grpc.insecure_channel(f"unix:{world.socket}")

@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -446,3 +447,51 @@ def test_plan_injection_is_a_read_only_dry_run(world: World, daemon: Daemon, cle
         with pytest.raises(grpc.RpcError) as err:
             daemon.inspect.PlanInjection(pb.PlanInjectionRequest(bundle_dir=bad))
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_sandbox_exit_is_learned_by_reaping(world: World, daemon: Daemon, clean: None) -> None:
+    uid = "short-lived"
+    world.bundles(uid, {}, pause_args=["sh", "-c", "sleep 0.2"])
+    daemon.stub.RunWorkload(run_request(world, uid, []), timeout=120)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        [hosted] = daemon.inspect.GetStatus(pb.GetStatusRequest()).actors
+        if hosted.sandbox_exited:
+            break
+        time.sleep(0.05)
+    assert hosted.sandbox_exited
+    with pytest.raises(grpc.RpcError) as err:
+        daemon.stub.GetWorkloadStats(pb.GetWorkloadStatsRequest(actor_uid=uid))
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "exited" in err.value.details()
+    daemon.stub.TerminateWorkload(pb.TerminateWorkloadRequest(actor_uid=uid), timeout=60)
+    assert runsc_list(world, uid) == []
+
+
+UNSHARE = shutil.which("unshare")
+
+
+@pytest.mark.skipif(UNSHARE is None, reason="needs unshare (util-linux)")
+def test_daemon_as_pid_1_reaps_its_sandboxes(tmp_path: Path) -> None:
+    world = World(tmp_path)
+    uid = "pid1"
+    world.bundles(uid, {"app": ["sleep", "1000"]})
+    d = Daemon(world, str(world.shim), wrap=(
+        UNSHARE or "unshare", "--pid", "--fork", "--mount", "--mount-proc", "--kill-child"))
+    try:
+        [serving] = [e for e in d.log_events() if e.get("event") == "serving"]
+        assert serving["pid"] == 1
+        d.stub.RunWorkload(run_request(world, uid, [pb.Container(name="app")]), timeout=120)
+        assert sorted(runsc_list(world, uid)) == sorted([f"{uid}_pause", "app"])
+        d.stub.TerminateWorkload(pb.TerminateWorkloadRequest(actor_uid=uid), timeout=60)
+        assert runsc_list(world, uid) == []
+        exits = [e for e in d.log_events() if e.get("event") == "sandbox_exited"]
+        assert exits and exits[0]["actor_uid"] == uid  # reaped by ateom as PID 1
+        # unshare does not forward SIGTERM: signal ateom (PID 1 inside) itself.
+        children = Path(f"/proc/{d.proc.pid}/task/{d.proc.pid}/children").read_text().split()
+        os.kill(int(children[0]), signal.SIGTERM)
+        assert d.proc.wait(60) == 0
+    finally:
+        assert d.stop() == 0
+    assert not runsc_processes(str(world.run_dir / "actors" / uid))
+    assert dev_null_ok()

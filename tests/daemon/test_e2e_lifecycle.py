@@ -396,9 +396,24 @@ def test_sigterm_during_run_drains_and_exits_zero(tmp_path: Path) -> None:
         e.get("phase") == "runsc.create" for e in d.log_events()
     ):
         time.sleep(0.01)
+    d.proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not any(
+        e.get("event") == "draining" for e in d.log_events()
+    ):
+        time.sleep(0.01)
+    # While draining (--shutdown-grace 2): NOT_SERVING, and no new actors.
+    from grpc_health.v1 import health_pb2
+
+    health = d.health.Check(health_pb2.HealthCheckRequest(service=""), timeout=10)
+    assert health.status == health_pb2.HealthCheckResponse.NOT_SERVING
+    world.bundles("late", {})
+    late = run_request(world, "late", [])
+    assert code_of(d.stub.RunWorkload, late, timeout=10) == grpc.StatusCode.UNAVAILABLE
     code = d.stop()
     t.join(60)
     assert code == 0, d.logs()[-3000:]
+    assert not errors, errors  # the in-flight Run finished before the actor was terminated
     events = [e.get("event") for e in d.log_events()]
     assert "draining" in events and "stopped" in events
     assert runsc_list(world, uid) == []

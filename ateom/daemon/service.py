@@ -2,7 +2,7 @@
 
 Every call runs the same way: validate the request (pure, before any side
 effect), probe runsc, reserve the actor, plan the sandbox (read bundles,
-choose and resolve devices, dry-run the injection: still no side effect),
+choose and resolve devices, plan the injection: still no side effect),
 then apply and boot. Any failure after the first side effect rolls back in
 reverse: containers killed and deleted, leftover sandbox processes killed,
 bundles' config.json restored, state dir removed.
@@ -56,6 +56,7 @@ from ateom.daemon.runsc_probe import RunscInfo, probe_runsc
 from ateom.errors import AteomError, ErrorCode
 
 log = structlog.get_logger("ateom.service")
+
 
 class Injector(Protocol):
     """How devices get into a bundle: plan (reads only), then apply (writes)."""
@@ -265,7 +266,7 @@ class AteomService:
         self, uid: str, bundle_root: str, containers: Sequence[ContainerRequest],
         info: RunscInfo, *, cpu_milli: int = 0, memory_bytes: int = 0,
     ) -> SandboxPlan:
-        """Read bundles, choose/resolve devices, dry-run injection. No side effects."""
+        """Read bundles, choose/resolve devices, plan each injection. No side effects."""
         pause = self.config.pause_container
         root_id = sandbox_root_id(uid, pause)
         present = gpu_present(self.config.gpu_glob)

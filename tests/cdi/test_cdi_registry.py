@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -10,28 +9,19 @@ from typing import Any
 import pytest
 
 from ateom.cdi.registry import DEFAULT_SPEC_DIRS, Registry, SpecCache, default_spec_dirs
+from ateom.cdi.testing import spec_document, write_spec
 from ateom.errors import ResolutionError
 
 
 def spec(kind: str, *devices: str, spec_env: str | None = None, env: str = "X") -> dict[str, Any]:
-    doc: dict[str, Any] = {
-        "cdiVersion": "0.5.0",
-        "kind": kind,
-        "devices": [
-            {"name": name, "containerEdits": {"env": [f"{env}_{name.replace(':', '_')}=1"]}}
-            for name in devices
-        ],
-    }
-    if spec_env:
-        doc["containerEdits"] = {"env": [spec_env]}
-    return doc
+    return spec_document(
+        kind,
+        {name: {"env": [f"{env}_{name.replace(':', '_')}=1"]} for name in devices},
+        spec_edits={"env": [spec_env]} if spec_env else None,
+    )
 
 
-def write(directory: Path, name: str, doc: dict[str, Any] | str) -> str:
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / name
-    path.write_text(doc if isinstance(doc, str) else json.dumps(doc))
-    return str(path)
+write = write_spec
 
 
 def failure(registry: Registry, *names: str) -> dict[str, str]:
@@ -262,3 +252,18 @@ def test_cache_is_bounded(tmp_path: Path) -> None:
     assert len(cache) == 3
     cache.clear()
     assert len(cache) == 0
+
+
+def test_testing_helpers_write_yaml_and_json(tmp_path: Path) -> None:
+    doc = spec_document(
+        "v.com/gpu",
+        {"0": {"deviceNodes": [{"path": "/dev/null"}]}},
+        version="0.6.0",
+        annotations={"v.com/a": "b"},
+    )
+    write_spec(tmp_path, "a.yaml", doc)
+    write_spec(tmp_path, "b.json", spec_document("v.com/nic", {"x": {"env": ["A=1"]}}))
+    registry = Registry.load([str(tmp_path)])
+    assert not registry.spec_errors
+    assert [d.qualified_name for d in registry.devices()] == ["v.com/gpu=0", "v.com/nic=x"]
+    assert registry.device("v.com/gpu=0").spec.annotations == {"v.com/a": "b"}  # type: ignore[union-attr]

@@ -33,6 +33,7 @@ spec = write_sim_gpu_spec(base / "cdi", libs, gpus=2)
 (base / "dev" / "nvidia0").touch()  # GPU presence: --gpu-glob matches this
 lib = "/usr/local/nvidia/lib64"
 report = (f"echo '--- env'; env | grep -E 'NVIDIA|LD_LIBRARY' | sort; "
+          f"echo '--- /dev (runsc without nvproxy emulates no /dev/nvidia*)'; ls /dev; "
           f"echo '--- driver libraries'; ls -l {lib}; echo '--- end'; sleep 100000")
 gpu = base / "actors" / "gpu-demo" / "bundles"
 build_busybox_bundle(gpu / "_pause", ["sleep", "100000"])
@@ -49,7 +50,8 @@ mkdir -p "$DEMO/bin"
 cat > "$DEMO/bin/runsc" <<SH
 #!/bin/sh
 if [ "\$1" = flags ]; then runsc flags 2>&1; printf '  -nvproxy\n    \tshim\n'; exit 0; fi
-for a; do shift; case "\$a" in --nvproxy*) echo "runsc \$*: got \$a" >> $DEMO/nvproxy.txt ;; *) set -- "\$@" "\$a" ;; esac; done
+argv="\$*"
+for a; do shift; case "\$a" in --nvproxy*) echo "runsc \$argv" >> $DEMO/nvproxy.txt ;; *) set -- "\$@" "\$a" ;; esac; done
 exec $(command -v runsc) "\$@"
 SH
 chmod +x "$DEMO/bin/runsc"
@@ -75,7 +77,10 @@ call ateom.Ateom/RunWorkload "{\"actor_uid\":\"gpu-demo\",\"atespace\":\"demo\",
 for _ in $(seq 100); do grep -q -- '--- end' "$DEMO/run/logs/gpu-demo/trainer.log" && break; sleep 0.1; done
 step "what the trainer container sees (its stdout, from ateom's per-container log)"
 sed -n '/^--- env/,/^--- end/p' "$DEMO/run/logs/gpu-demo/trainer.log"
-echo "--- runsc calls that got nvproxy flags:"; cat "$DEMO/nvproxy.txt"
+echo "--- device nodes ateom wrote into the trainer's config.json (what nvproxy would serve):"
+"$PYTHON" -c 'import json,sys; [print("  ", d["path"], d["type"], str(d["major"])+":"+str(d["minor"])) for d in json.load(open(sys.argv[1]))["linux"]["devices"]]' \
+    "$DEMO/actors/gpu-demo/bundles/trainer/config.json"
+echo "--- runsc calls that got nvproxy flags (the shim strips them before the real runsc):"; cat "$DEMO/nvproxy.txt"
 call ateom.Inspect/GetStatus '{}' | grep -A12 '"actors"'
 call ateom.Ateom/GetWorkloadStats '{"actor_uid":"gpu-demo"}'
 

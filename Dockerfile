@@ -74,9 +74,11 @@ RUN apt-get update \
     && chmod 0700 /run/ateom
 COPY --from=build /opt/ateom /opt/ateom
 COPY --from=runsc /out/runsc /usr/local/bin/runsc
-# The toolkit dir is on PATH (last) so the daemon finds nvidia-ctk there when it must
-# generate a CDI spec; the driver root's bin/ is searched first by ateom itself.
-ENV PATH=/opt/ateom/bin:$PATH:/opt/nvidia-toolkit \
+# The toolkit and driver dirs are settings, not PATH entries: ateom looks for nvidia-ctk
+# in $ATEOM_NVIDIA_TOOLKIT_DIR, then $ATEOM_NVIDIA_DRIVER_ROOT/bin, then PATH. These are
+# the env twins of `ateom serve --driver-root/--toolkit-dir`, read under the same names
+# by `ateom doctor`, `ateom inject` and `ateom cdi`.
+ENV PATH=/opt/ateom/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     ATEOM_RUNSC=/usr/local/bin/runsc \
     ATEOM_SOCKET=/run/ateom/ateom.sock \

@@ -18,6 +18,11 @@ DEFAULT_SOCKET = "/run/ateom/ateom.sock"
 DEFAULT_RUN_DIR = "/run/ateom"
 DEFAULT_GPU_GLOB = "/dev/nvidia[0-9]*"
 DEFAULT_PAUSE_CONTAINER = "_pause"
+# The same names and defaults as the CDI registry's and the injector's own
+# settings: one name per setting, whichever part of ateom reads it.
+DEFAULT_SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")
+DEFAULT_DRIVER_ROOT = "/usr/local/nvidia"
+DEFAULT_TOOLKIT_DIR = "/opt/nvidia-toolkit"
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +44,8 @@ class DaemonConfig:
     log_level: str = "info"
     run_dir: str = DEFAULT_RUN_DIR
     pause_container: str = DEFAULT_PAUSE_CONTAINER
-    driver_root: str = "/usr/local/nvidia"
+    driver_root: str = DEFAULT_DRIVER_ROOT
+    toolkit_dir: str = DEFAULT_TOOLKIT_DIR
     runsc_timeout: float = 120.0
     metrics_listen: str = ""
     env: Mapping[str, str] = field(default_factory=dict)
@@ -71,7 +77,7 @@ _FLAGS: tuple[tuple[str, str, str, object, str], ...] = (
     ("--runsc-global-flag", "ATEOM_RUNSC_GLOBAL_FLAGS", "list-space", (),
      "global runsc flag added to every call (repeatable), e.g. --network=none"),
     ("--max-actors", "ATEOM_MAX_ACTORS", "int", 1, "actors hosted at once"),
-    ("--spec-dir", "ATEOM_SPEC_DIRS", "list-colon", ("/etc/cdi", "/var/run/cdi"),
+    ("--spec-dir", "ATEOM_CDI_SPEC_DIRS", "list-colon", DEFAULT_SPEC_DIRS,
      "CDI spec directory (repeatable; later dirs override earlier)"),
     ("--gpu-glob", "ATEOM_GPU_GLOB", "str", DEFAULT_GPU_GLOB,
      "the Pod has GPUs when this glob matches"),
@@ -89,8 +95,12 @@ _FLAGS: tuple[tuple[str, str, str, object, str], ...] = (
      "runsc state, logs and generated CDI specs live here"),
     ("--pause-container", "ATEOM_PAUSE_CONTAINER", "str", DEFAULT_PAUSE_CONTAINER,
      "name of the sandbox's root container bundle"),
-    ("--driver-root", "ATEOM_DRIVER_ROOT", "str", "/usr/local/nvidia",
-     "NVIDIA driver root for nvidia-ctk cdi generate (bin/, lib64/)"),
+    ("--driver-root", "ATEOM_NVIDIA_DRIVER_ROOT", "str", DEFAULT_DRIVER_ROOT,
+     "NVIDIA driver root (bin/, lib64/): nvidia-ctk's library search path and the"
+     " LD_LIBRARY_PATH entry injected into GPU containers"),
+    ("--toolkit-dir", "ATEOM_NVIDIA_TOOLKIT_DIR", "str", DEFAULT_TOOLKIT_DIR,
+     "NVIDIA container toolkit dir: the trusted nvidia-cdi-hook(.real) kept hooks run,"
+     " and the first place nvidia-ctk(.real) is looked for"),
     ("--runsc-timeout", "ATEOM_RUNSC_TIMEOUT", "float", 120.0,
      "seconds one runsc command may take before it is killed"),
     ("--metrics-listen", "ATEOM_METRICS_LISTEN", "str", "",

@@ -20,7 +20,7 @@ import shutil
 import signal
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -71,19 +71,31 @@ class Injector(Protocol):
 class CdiInjector:
     """The CDI injector with the gVisor NVIDIA profile (imported on first use).
 
+    The profile's driver root and toolkit dir are the daemon's configured ones
+    (``--driver-root``, ``--toolkit-dir``), handed to the injector under its own
+    setting names, so a flag given to ``ateom serve`` reaches the injected
+    LD_LIBRARY_PATH and the trusted hook binary, not only nvidia-ctk.
+
     ateom's bundle edits (annotations) are applied to the plan's resulting
     config before it is written, so a bundle is planned once and written
     once: the dry run that validates a request is the plan that is applied.
     """
 
-    def __init__(self, environ: dict[str, str]) -> None:
-        self.environ = environ
+    def __init__(self, environ: Mapping[str, str], *, driver_root: str,
+                 toolkit_dir: str) -> None:
+        self.environ = {**environ, "ATEOM_NVIDIA_DRIVER_ROOT": driver_root,
+                        "ATEOM_NVIDIA_TOOLKIT_DIR": toolkit_dir}
+
+    def options(self) -> Any:
+        """The injector's `InjectOptions` for this daemon (stats the toolkit dir)."""
+        from ateom.inject.options import gvisor_nvidia_options
+
+        return gvisor_nvidia_options(self.environ)
 
     def plan(self, bundle_dir: str, resolution: Resolution) -> Any:
         from ateom.inject.injector import plan_injection
-        from ateom.inject.options import gvisor_nvidia_options
 
-        return plan_injection(bundle_dir, resolution, gvisor_nvidia_options(self.environ))
+        return plan_injection(bundle_dir, resolution, self.options())
 
     def apply(self, plan: Any, config: bytes) -> None:
         from ateom.inject.injector import apply_plan
@@ -194,12 +206,14 @@ class AteomService:
     ) -> None:
         self.config = config
         self.reaper = reaper or default_reaper()
-        self.injector: Injector = injector or CdiInjector(dict(config.env or os.environ))
+        environ = dict(config.env or os.environ)
+        self.injector: Injector = injector or CdiInjector(
+            environ, driver_root=config.driver_root, toolkit_dir=config.toolkit_dir)
         self.actors = ActorTable(config.max_actors)
         self.state = "starting"
         self.spec_generator = SpecGenerator(
-            self.reaper, config.driver_root, config.generated_cdi_dir,
-            dict(config.env or os.environ),
+            self.reaper, config.driver_root, config.generated_cdi_dir, environ,
+            toolkit_dir=config.toolkit_dir,
         )
         self._inflight = 0
         self._inflight_cond = threading.Condition()

@@ -43,14 +43,13 @@ def run_doctor(
 
 
 def doctor_config_for_daemon(config: DaemonConfig) -> DoctorConfig:
-    """The doctor settings matching a running daemon's config (pure)."""
-    base = config_from_env(config.env)
+    """The doctor settings matching a running daemon's config (pure): what the
+    daemon was told by flag or environment, so the report is about what it uses."""
     return DoctorConfig(
         gpu_glob=config.gpu_glob,
-        driver_root=base.driver_root if "ATEOM_NVIDIA_DRIVER_ROOT" in config.env
-        else config.driver_root,
-        toolkit_dir=base.toolkit_dir,
-        spec_dirs=config.spec_dirs or base.spec_dirs,
+        driver_root=config.driver_root,
+        toolkit_dir=config.toolkit_dir,
+        spec_dirs=config.spec_dirs or DoctorConfig().spec_dirs,
         runsc=config.runsc,
         nvproxy_driver_version=config.nvproxy_driver_version,
         nvproxy_capabilities=config.nvproxy_capabilities,

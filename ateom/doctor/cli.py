@@ -38,7 +38,7 @@ def register(subparsers: Any) -> None:
     )
     doctor.add_argument(
         "--spec-dir", action="append",
-        help="CDI spec directory (repeatable) [$ATEOM_SPEC_DIRS; /etc/cdi:/var/run/cdi]"
+        help="CDI spec directory (repeatable) [$ATEOM_CDI_SPEC_DIRS; /etc/cdi:/var/run/cdi]"
     )
     doctor.add_argument("--runsc", help="runsc binary [$ATEOM_RUNSC; runsc on PATH]")
     doctor.add_argument(

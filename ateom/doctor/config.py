@@ -75,15 +75,14 @@ def _first(environ: Mapping[str, str], *names: str) -> str:
 def config_from_env(environ: Mapping[str, str] = os.environ) -> DoctorConfig:
     """The daemon's settings from its ``ATEOM_*`` variables (pure over `environ`).
 
-    The driver root is ``ATEOM_NVIDIA_DRIVER_ROOT`` (the injector's name), or
-    the daemon's ``ATEOM_DRIVER_ROOT``; spec dirs split on ``:`` like PATH.
+    The same names `ateom serve` reads for its flags' twins (and the CDI
+    registry and injector for their own): ``ATEOM_CDI_SPEC_DIRS`` (split on
+    ``:`` like PATH), ``ATEOM_NVIDIA_DRIVER_ROOT``, ``ATEOM_NVIDIA_TOOLKIT_DIR``.
     """
-    raw_dirs = _first(environ, "ATEOM_SPEC_DIRS", "ATEOM_CDI_SPEC_DIRS")
-    spec_dirs = tuple(p for p in raw_dirs.split(":") if p)
+    spec_dirs = tuple(p for p in _first(environ, "ATEOM_CDI_SPEC_DIRS").split(":") if p)
     return DoctorConfig(
         gpu_glob=_first(environ, "ATEOM_GPU_GLOB") or DEFAULT_GPU_GLOB,
-        driver_root=_first(environ, "ATEOM_NVIDIA_DRIVER_ROOT", "ATEOM_DRIVER_ROOT")
-        or DEFAULT_DRIVER_ROOT,
+        driver_root=_first(environ, "ATEOM_NVIDIA_DRIVER_ROOT") or DEFAULT_DRIVER_ROOT,
         toolkit_dir=_first(environ, "ATEOM_NVIDIA_TOOLKIT_DIR") or DEFAULT_TOOLKIT_DIR,
         spec_dirs=spec_dirs or DEFAULT_SPEC_DIRS,
         runsc=_first(environ, "ATEOM_RUNSC") or "runsc",

@@ -166,14 +166,13 @@ def generate_spec(
 
     Returns (tool used, error); error is "" on success.
     """
-    from ateom.daemon.gpu import find_nvidia_ctk, nvidia_ctk_argv
+    from ateom.daemon.gpu import find_nvidia_ctk, nvidia_ctk_argv, nvidia_ctk_path_env
 
-    path_env = os.pathsep.join(
-        [config.driver_bin_dir, config.toolkit_dir, environ.get("PATH", os.defpath)]
-    )
-    tool = find_nvidia_ctk(config.driver_root, path_env)
+    daemon_path = environ.get("PATH", os.defpath)
+    path_env = nvidia_ctk_path_env(config.toolkit_dir, config.driver_root, daemon_path)
+    tool = find_nvidia_ctk(config.toolkit_dir, config.driver_root, daemon_path)
     if tool is None:
-        return "", f"no nvidia-ctk in {config.driver_bin_dir}, {config.toolkit_dir} or $PATH"
+        return "", f"no nvidia-ctk in {config.toolkit_dir}, {config.driver_bin_dir} or $PATH"
     output = os.path.join(out_dir, "nvidia.json")
     argv = nvidia_ctk_argv(tool, config.driver_root, output)
     code, out = run(argv, env={**environ, "PATH": path_env}, timeout=config.generate_timeout)

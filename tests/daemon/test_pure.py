@@ -217,7 +217,8 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 def test_flags_env_twins_and_precedence() -> None:
     env = {"ATEOM_ACTORS_ROOT": "/env/root", "ATEOM_MAX_ACTORS": "3",
            "ATEOM_RUNSC_GLOBAL_FLAGS": "--network=none --ignore-cgroups",
-           "ATEOM_SPEC_DIRS": "/a:/b", "ATEOM_SHUTDOWN_GRACE": "2.5", "ATEOM_SOCKET": "/env.sock"}
+           "ATEOM_CDI_SPEC_DIRS": "/a:/b", "ATEOM_SHUTDOWN_GRACE": "2.5",
+           "ATEOM_SOCKET": "/env.sock"}
     cfg = daemon_config.from_args(_parse(["--socket", "/flag.sock"]), env)
     assert cfg.socket == "/flag.sock"  # flag beats env
     assert cfg.actors_root == "/env/root" and cfg.max_actors == 3
@@ -232,9 +233,34 @@ def test_flags_env_twins_and_precedence() -> None:
 
 
 def test_every_flag_has_an_env_twin() -> None:
+    # Settings other parts of ateom read too keep those parts' names.
+    shared = {"--spec-dir": "ATEOM_CDI_SPEC_DIRS", "--driver-root": "ATEOM_NVIDIA_DRIVER_ROOT",
+              "--toolkit-dir": "ATEOM_NVIDIA_TOOLKIT_DIR",
+              "--runsc-global-flag": "ATEOM_RUNSC_GLOBAL_FLAGS"}
     for flag, env, *_ in daemon_config._FLAGS:
-        assert env == "ATEOM_" + flag[2:].upper().replace("-", "_").replace(
-            "RUNSC_GLOBAL_FLAG", "RUNSC_GLOBAL_FLAGS").replace("SPEC_DIR", "SPEC_DIRS")
+        assert env == shared.get(flag, "ATEOM_" + flag[2:].upper().replace("-", "_"))
+    assert set(shared) <= {f for f, *_ in daemon_config._FLAGS}
+
+
+def test_shared_settings_have_one_name_and_one_default() -> None:
+    from ateom.cdi import registry
+    from ateom.inject import options
+
+    env = {"ATEOM_ACTORS_ROOT": "/r", "ATEOM_CDI_SPEC_DIRS": "/s1::/s2",
+           "ATEOM_NVIDIA_DRIVER_ROOT": "/drv", "ATEOM_NVIDIA_TOOLKIT_DIR": "/tk"}
+    cfg = daemon_config.from_args(_parse([]), env)
+    assert cfg.spec_dirs == registry.default_spec_dirs(env) == ("/s1", "/s2")
+    assert (cfg.driver_root, cfg.toolkit_dir) == ("/drv", "/tk")
+    # The daemon's old spellings are gone, not silently read.
+    cfg = daemon_config.from_args(_parse([]), {"ATEOM_ACTORS_ROOT": "/r",
+                                                "ATEOM_SPEC_DIRS": "/old",
+                                                "ATEOM_DRIVER_ROOT": "/old"})
+    assert cfg.spec_dirs == registry.DEFAULT_SPEC_DIRS == daemon_config.DEFAULT_SPEC_DIRS
+    assert cfg.driver_root == options.DEFAULT_DRIVER_ROOT == daemon_config.DEFAULT_DRIVER_ROOT
+    assert cfg.toolkit_dir == options.DEFAULT_TOOLKIT_DIR == daemon_config.DEFAULT_TOOLKIT_DIR
+    cfg = daemon_config.from_args(
+        _parse(["--driver-root", "/flag-drv", "--toolkit-dir", "/flag-tk"]), env)
+    assert (cfg.driver_root, cfg.toolkit_dir) == ("/flag-drv", "/flag-tk")
 
 
 @pytest.mark.parametrize("argv, env", [

@@ -110,7 +110,8 @@ def test_spec_generation_runs_once_and_failures_are_not_remembered(tmp_path: Pat
     driver = tmp_path / "driver"
     calls = tmp_path / "calls"
     _fake_ctk(driver, f'echo "$@" >> {calls}; echo driver not loaded >&2; exit 1\n')
-    gen = SpecGenerator(Reaper(), str(driver), str(tmp_path / "out"), {"PATH": os.defpath})
+    gen = SpecGenerator(Reaper(), str(driver), str(tmp_path / "out"), {"PATH": os.defpath},
+                        toolkit_dir=str(tmp_path / "no-toolkit"))
     with pytest.raises(AteomError, match="driver not loaded") as err:
         gen.ensure()
     assert err.value.code is ErrorCode.FAILED_PRECONDITION
@@ -129,3 +130,48 @@ def test_spec_generation_runs_once_and_failures_are_not_remembered(tmp_path: Pat
     assert len(lines) == 2
     assert lines[1] == (f"cdi generate --format=json --library-search-path={driver}/lib64"
                         f" --output={out}")
+
+
+def test_nvidia_ctk_is_found_toolkit_dir_first_real_before_wrapper(tmp_path: Path) -> None:
+    from ateom.daemon.gpu import find_nvidia_ctk
+
+    toolkit, driver, on_path = tmp_path / "tk", tmp_path / "drv", tmp_path / "path"
+
+    def tool(path: Path) -> str:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("#!/bin/sh\n")
+        path.chmod(0o755)
+        return str(path)
+
+    def found() -> str | None:
+        return find_nvidia_ctk(str(toolkit), str(driver), f"/nonexistent:{on_path}")
+
+    assert found() is None
+    path_real = tool(on_path / "nvidia-ctk.real")
+    assert found() == path_real
+    driver_wrapper = tool(driver / "bin" / "nvidia-ctk")
+    assert found() == driver_wrapper  # directory order beats .real further down $PATH
+    toolkit_wrapper = tool(toolkit / "nvidia-ctk")
+    assert found() == toolkit_wrapper
+    toolkit_real = tool(toolkit / "nvidia-ctk.real")
+    assert found() == toolkit_real  # within a directory, .real before the wrapper
+    (toolkit / "nvidia-ctk.real").chmod(0o644)  # not executable: not a candidate
+    assert found() == toolkit_wrapper
+
+
+def test_spec_generator_runs_the_toolkit_dirs_nvidia_ctk(tmp_path: Path) -> None:
+    toolkit, driver = tmp_path / "tk", tmp_path / "drv"
+    _fake_ctk(driver, "exit 1\n")  # would fail: must not be the one run
+    toolkit.mkdir()
+    real = toolkit / "nvidia-ctk.real"
+    real.write_text(
+        '#!/bin/sh\necho "PATH=$PATH" > "$(dirname "$0")/seen"\n'
+        'for a; do case "$a" in --output=*) echo "{}" > "${a#--output=}";; esac; done\n'
+    )
+    real.chmod(0o755)
+    gen = SpecGenerator(Reaper(), str(driver), str(tmp_path / "out"), {"PATH": "/usr/bin:/bin"},
+                        toolkit_dir=str(toolkit))
+    assert Path(gen.ensure()).exists()
+    # The driver's bin/ still comes first on the child's PATH, as the issue asks.
+    assert (toolkit / "seen").read_text().strip() == (
+        f"PATH={driver}/bin:{toolkit}:/usr/bin:/bin")

@@ -54,7 +54,7 @@ class World:
             actors_root=str(self.actors_root), runsc=str(fake.path), run_dir=str(tmp / "run"),
             spec_dirs=(str(spec_dir),), gpu_glob=str(tmp / "dev" / "nvidia[0-9]*"),
             kill_grace=0.2, runsc_global_flags=("--network=none",),
-            env={"ATEOM_NVIDIA_TOOLKIT_DIR": str(tmp / "toolkit"), "PATH": os.defpath},
+            toolkit_dir=str(tmp / "toolkit"), env={"PATH": os.defpath},
         )
         kw.update(config)
         self.config = DaemonConfig(**kw)  # type: ignore[arg-type]
@@ -123,6 +123,25 @@ def test_run_argv_with_gpu(make_world) -> None:  # type: ignore[no-untyped-def]
     assert pause_create.index("--nvproxy") < pause_create.index("create")
     actor = w.service.actors.get("g1")
     assert actor is not None and actor.devices == ("nvidia.com/gpu=0", "nvidia.com/gpu=1")
+
+
+def test_injection_uses_the_configured_driver_root_and_toolkit_dir(  # type: ignore[no-untyped-def]
+        make_world, tmp_path: Path) -> None:
+    toolkit = tmp_path / "configured-toolkit"
+    toolkit.mkdir()
+    (toolkit / "nvidia-cdi-hook.real").write_text("")
+    # The process env names other dirs: the flags (config) must win over it.
+    w = make_world(fake_kw={"global_flags": ["nvproxy"]}, driver_root="/drv-flag",
+                   toolkit_dir=str(toolkit),
+                   env={"PATH": os.defpath, "ATEOM_NVIDIA_DRIVER_ROOT": "/drv-env",
+                        "ATEOM_NVIDIA_TOOLKIT_DIR": "/tk-env"})
+    req = w.run("g3", "app", devices=DeviceChoice())
+    w.service.run_workload(req)
+    config = json.loads((Path(req.dirs.oci_bundle_dir) / "app" / "config.json").read_text())
+    env = dict(e.split("=", 1) for e in config["process"]["env"])
+    assert env["LD_LIBRARY_PATH"].split(":")[0] == "/drv-flag/lib64"
+    hooks = config["hooks"]["createContainer"]
+    assert hooks and {h["path"] for h in hooks} == {str(toolkit / "nvidia-cdi-hook.real")}
 
 
 def test_gpu_actor_refused_without_nvproxy_before_anything(make_world) -> None:  # type: ignore[no-untyped-def]

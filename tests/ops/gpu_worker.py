@@ -105,7 +105,7 @@ class GpuWorker:
             "ATEOM_GPU_GLOB": str(self.dev / "nvidia[0-9]*"),
             "ATEOM_NVIDIA_DRIVER_ROOT": str(self.root / "driver"),
             "ATEOM_NVIDIA_TOOLKIT_DIR": str(self.toolkit),
-            "ATEOM_SPEC_DIRS": str(self.root / "cdi"),
+            "ATEOM_CDI_SPEC_DIRS": str(self.root / "cdi"),
             "ATEOM_RUNSC": str(self.runsc),
         }
 

@@ -263,7 +263,7 @@ def test_config_from_env_uses_the_daemons_variables() -> None:
         "ATEOM_GPU_GLOB": "/x/nvidia[0-9]*",
         "ATEOM_NVIDIA_DRIVER_ROOT": "/drv",
         "ATEOM_NVIDIA_TOOLKIT_DIR": "/tk",
-        "ATEOM_SPEC_DIRS": "/a::/b",
+        "ATEOM_CDI_SPEC_DIRS": "/a::/b",
         "ATEOM_RUNSC": "/bin/runsc",
         "ATEOM_NVPROXY_DRIVER_VERSION": "550.54.15",
     })
@@ -276,4 +276,7 @@ def test_config_from_env_uses_the_daemons_variables() -> None:
     assert defaults.driver_root == "/usr/local/nvidia"
     assert defaults.toolkit_dir == "/opt/nvidia-toolkit"
     assert defaults.control_node_paths == ("/dev/nvidiactl", "/dev/nvidia-uvm")
-    assert config_from_env({"ATEOM_DRIVER_ROOT": "/d2"}).driver_root == "/d2"
+    # One name per setting: the daemon's old spellings are not read.
+    old_names = config_from_env({"ATEOM_DRIVER_ROOT": "/d2", "ATEOM_SPEC_DIRS": "/s"})
+    assert (old_names.driver_root, old_names.spec_dirs) == (defaults.driver_root,
+                                                            defaults.spec_dirs)

@@ -80,3 +80,24 @@ def test_every_ateom_variable_the_deployment_sets_is_documented(source: str) -> 
         names = set(re.findall(r"\b(ATEOM_[A-Z_]+)=", text))
     for name in sorted(n for n in names if n.startswith("ATEOM_")):
         assert f"`{name}`" in DOC, f"{source} sets {name}, which the docs do not explain"
+
+
+@pytest.mark.parametrize("source", ["Dockerfile", "deploy/gpu-worker-pod.yaml"])
+def test_every_ateom_variable_the_deployment_sets_is_a_serve_setting(source: str) -> None:
+    """One name per setting: a variable ateom serve does not read (an old spelling,
+    a typo) would be silently ignored in the Pod."""
+    from ateom.daemon.config import _FLAGS
+
+    text = (REPO / source).read_text()
+    if source.endswith(".yaml"):
+        pod = yaml.safe_load(text)
+        names = {e["name"] for c in pod["spec"]["containers"] for e in c.get("env", [])}
+    else:
+        names = set(re.findall(r"\b(ATEOM_[A-Z_]+)=", text))
+    twins = {env for _flag, env, *_ in _FLAGS}
+    assert {n for n in names if n.startswith("ATEOM_")} <= twins
+
+
+def test_no_retired_spelling_is_documented() -> None:
+    for retired in ("ATEOM_SPEC_DIRS", "ATEOM_DRIVER_ROOT"):
+        assert not re.search(rf"\b{retired}\b", DOC), retired

@@ -30,6 +30,14 @@ class StatsSource(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     STATS_SOURCE_UNSPECIFIED: _ClassVar[StatsSource]
     STATS_SOURCE_CGROUP: _ClassVar[StatsSource]
     STATS_SOURCE_GUEST_AGENT: _ClassVar[StatsSource]
+
+class DoctorStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    DOCTOR_STATUS_UNSPECIFIED: _ClassVar[DoctorStatus]
+    DOCTOR_STATUS_PASS: _ClassVar[DoctorStatus]
+    DOCTOR_STATUS_WARN: _ClassVar[DoctorStatus]
+    DOCTOR_STATUS_FAIL: _ClassVar[DoctorStatus]
+    DOCTOR_STATUS_SKIP: _ClassVar[DoctorStatus]
 DEVICE_POLICY_POD_DEFAULT: DevicePolicy
 DEVICE_POLICY_NONE: DevicePolicy
 DEVICE_POLICY_EXPLICIT: DevicePolicy
@@ -42,6 +50,11 @@ SANDBOX_CLASS_MICROVM: SandboxClass
 STATS_SOURCE_UNSPECIFIED: StatsSource
 STATS_SOURCE_CGROUP: StatsSource
 STATS_SOURCE_GUEST_AGENT: StatsSource
+DOCTOR_STATUS_UNSPECIFIED: DoctorStatus
+DOCTOR_STATUS_PASS: DoctorStatus
+DOCTOR_STATUS_WARN: DoctorStatus
+DOCTOR_STATUS_FAIL: DoctorStatus
+DOCTOR_STATUS_SKIP: DoctorStatus
 
 class ActorDirs(_message.Message):
     __slots__ = ("root_dir", "oci_bundle_dir", "checkpoint_dir", "restore_dir", "durable_dir_volume_mounts_dir", "system_info_volume_roots_dir", "volumes_dir")
@@ -443,3 +456,31 @@ class PlanInjectionResponse(_message.Message):
     devices: _containers.RepeatedScalarFieldContainer[str]
     diff: str
     def __init__(self, devices: _Optional[_Iterable[str]] = ..., diff: _Optional[str] = ...) -> None: ...
+
+class DoctorRequest(_message.Message):
+    __slots__ = ("devices",)
+    DEVICES_FIELD_NUMBER: _ClassVar[int]
+    devices: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, devices: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class DoctorResponse(_message.Message):
+    __slots__ = ("ok", "checks")
+    OK_FIELD_NUMBER: _ClassVar[int]
+    CHECKS_FIELD_NUMBER: _ClassVar[int]
+    ok: bool
+    checks: _containers.RepeatedCompositeFieldContainer[DoctorCheck]
+    def __init__(self, ok: _Optional[bool] = ..., checks: _Optional[_Iterable[_Union[DoctorCheck, _Mapping]]] = ...) -> None: ...
+
+class DoctorCheck(_message.Message):
+    __slots__ = ("name", "status", "summary", "fix", "details")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    FIX_FIELD_NUMBER: _ClassVar[int]
+    DETAILS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    status: DoctorStatus
+    summary: str
+    fix: str
+    details: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., status: _Optional[_Union[DoctorStatus, str]] = ..., summary: _Optional[str] = ..., fix: _Optional[str] = ..., details: _Optional[_Iterable[str]] = ...) -> None: ...

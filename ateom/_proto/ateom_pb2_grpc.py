@@ -337,6 +337,11 @@ class InspectStub:
                 request_serializer=ateom__pb2.PlanInjectionRequest.SerializeToString,
                 response_deserializer=ateom__pb2.PlanInjectionResponse.FromString,
                 _registered_method=True)
+        self.Doctor = channel.unary_unary(
+                '/ateom.Inspect/Doctor',
+                request_serializer=ateom__pb2.DoctorRequest.SerializeToString,
+                response_deserializer=ateom__pb2.DoctorResponse.FromString,
+                _registered_method=True)
 
 
 class InspectServicer:
@@ -361,6 +366,13 @@ class InspectServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Doctor(self, request, context):
+        """`ateom doctor` run inside the daemon, with the daemon's own settings.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_InspectServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -378,6 +390,11 @@ def add_InspectServicer_to_server(servicer, server):
                     servicer.PlanInjection,
                     request_deserializer=ateom__pb2.PlanInjectionRequest.FromString,
                     response_serializer=ateom__pb2.PlanInjectionResponse.SerializeToString,
+            ),
+            'Doctor': grpc.unary_unary_rpc_method_handler(
+                    servicer.Doctor,
+                    request_deserializer=ateom__pb2.DoctorRequest.FromString,
+                    response_serializer=ateom__pb2.DoctorResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -462,6 +479,33 @@ class Inspect:
             '/ateom.Inspect/PlanInjection',
             ateom__pb2.PlanInjectionRequest.SerializeToString,
             ateom__pb2.PlanInjectionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Doctor(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ateom.Inspect/Doctor',
+            ateom__pb2.DoctorRequest.SerializeToString,
+            ateom__pb2.DoctorResponse.FromString,
             options,
             channel_credentials,
             insecure,

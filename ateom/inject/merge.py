@@ -172,6 +172,16 @@ def clean_destination(destination: str) -> str:
     return posixpath.normpath("/" + destination.lstrip("/"))
 
 
+def mount_depth(destination: str) -> int:
+    """How deep a clean absolute `destination` is: ``/`` 0, ``/a`` 1, ``/a/b`` 2.
+
+    The CDI reference counts separators, which puts ``/`` level with ``/a``
+    and lets a mount over the root land after its children; ``/`` is the
+    parent of everything, so it counts 0.
+    """
+    return 0 if destination == "/" else destination.count("/")
+
+
 def oci_mount(mount: Mount, destination: str) -> dict[str, Any]:
     entry: dict[str, Any] = {
         "destination": destination,
@@ -239,8 +249,13 @@ def prepend_library_dirs(env: Sequence[str], library_dirs: Sequence[str]) -> lis
             continue
         out.append(entry)
     merged: list[str] = []
+    seen: set[str] = set()
     for d in (*library_dirs, *dirs):
-        if d and d not in merged:
+        # Compared normalised: ``/usr/lib64/`` is ``/usr/lib64``, and listing
+        # it twice would only make the loader search it twice.
+        key = posixpath.normpath(d) if d else d
+        if d and key not in seen:
+            seen.add(key)
             merged.append(d)
     entry = f"{LD_LIBRARY_PATH}={':'.join(merged)}"
     out.insert(len(out) if position is None else position, entry)
@@ -408,10 +423,9 @@ def merge_edits(
         for m in out.get("mounts") or []:
             dest = clean_destination(str(m.get("destination", "")))
             if dest not in cdi_mounts:
-                keyed.append((dest.count("/"), m))
-        keyed += [(dest.count("/"), m) for dest, m in cdi_mounts.items()]
-        # Depth as the CDI reference counts it (separators in the clean path);
-        # stable, so equal depths keep their order and a second run is a no-op.
+                keyed.append((mount_depth(dest), m))
+        keyed += [(mount_depth(dest), m) for dest, m in cdi_mounts.items()]
+        # Stable, so equal depths keep their order and a second run is a no-op.
         keyed.sort(key=lambda pair: pair[0])
         out["mounts"] = [m for _, m in keyed]
     if hooks:

@@ -195,6 +195,30 @@ def test_mounts_stably_sorted_by_depth_parent_before_child() -> None:
                      "/usr/local/nvidia/lib64/a.so.1", "/usr/local/nvidia/lib64/b.so.1"]
 
 
+def test_image_mounts_are_ordered_with_cdi_mounts_parent_first() -> None:
+    # The image's own mounts take part in the ordering: a CDI parent mount
+    # must not land after an image mount below it, and an image mount at the
+    # same destination is replaced, not kept beside the CDI one.
+    config = base_config()
+    config["mounts"] = [
+        {"destination": "/usr/local/nvidia/lib64/", "type": "tmpfs", "source": "tmpfs"},
+        {"destination": "/proc", "type": "proc", "source": "proc"},
+        {"destination": "/usr/local//nvidia", "type": "tmpfs", "source": "old"},
+    ]
+    parent = Mount("/h/nvidia", "/usr/local/nvidia")
+    top = Mount("/h/usr", "/usr")
+    out = merge(config, ContainerEdits(mounts=(parent, top)))
+    assert [(m["destination"], m["source"]) for m in out["mounts"]] == [
+        ("/proc", "proc"), ("/usr", "/h/usr"), ("/usr/local/nvidia", "/h/nvidia"),
+        ("/usr/local/nvidia/lib64/", "tmpfs")]
+
+
+def test_mount_over_root_lands_before_every_other_mount() -> None:
+    # "/" is everyone's parent; counting separators would rank it with "/proc".
+    out = merge(base_config(), ContainerEdits(mounts=(Mount("/h/root", "/"),)))
+    assert [m["destination"] for m in out["mounts"]] == ["/", "/proc", "/dev"]
+
+
 def test_mount_destination_with_dotdot_is_an_error() -> None:
     m = Mount("/h/x", "/usr/lib/../../../etc/x.so.1")
     with pytest.raises(InjectionError, match=r"climbs out of the rootfs"):
@@ -218,6 +242,10 @@ def test_ld_library_path_one_entry_no_dir_twice() -> None:
         "LD_LIBRARY_PATH=/usr/local/nvidia/lib64:/a:/b", "X=1"]
     assert prepend_library_dirs(["X=1"], ["/l"]) == ["X=1", "LD_LIBRARY_PATH=/l"]
     assert prepend_library_dirs(["X=1"], []) == ["X=1"]
+    # The same directory spelt with a trailing or doubled slash is still the same.
+    assert prepend_library_dirs(["LD_LIBRARY_PATH=/usr/local/nvidia/lib64/:/b//c:/b/c/"],
+                                ["/usr/local/nvidia/lib64"]) == [
+        "LD_LIBRARY_PATH=/usr/local/nvidia/lib64:/b//c"]
 
 
 # -- hooks --------------------------------------------------------------------

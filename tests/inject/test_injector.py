@@ -215,18 +215,41 @@ def test_odd_libraries_are_skipped_and_logged(bundle: Path, fake_driver: list[Fa
     assert (bundle / "rootfs" / LIB_DIR.lstrip("/") / "libcuda.so.1").is_symlink()
 
 
-@pytest.mark.parametrize("hostile", ["usr", "usr/local", "usr/local/nvidia"])
+@pytest.mark.parametrize("hostile,target", [
+    ("usr", "OUTSIDE"), ("usr/local", "OUTSIDE"), ("usr/local/nvidia", "OUTSIDE"),
+    ("usr", "/"), ("usr/local", "/"), ("usr/local/nvidia/lib64", "/"),
+    ("usr/local/nvidia", "../../../../../.."), ("usr/local/nvidia/lib64", "/../../../lib64"),
+])
 def test_injection_into_hostile_rootfs_writes_nothing_outside(
-        tmp_path: Path, fake_driver: list[FakeLibrary], hostile: str) -> None:
+        tmp_path: Path, fake_driver: list[FakeLibrary], odd_libs: list[Path],
+        hostile: str, target: str) -> None:
     bundle = build_busybox_bundle(tmp_path / "bundle", ["sh"])
     outside = tmp_path / "outside"
     (outside / "local" / "nvidia" / "lib64").mkdir(parents=True)
     (bundle / "rootfs" / hostile).parent.mkdir(parents=True, exist_ok=True)
-    (bundle / "rootfs" / hostile).symlink_to(outside)
+    (bundle / "rootfs" / hostile).symlink_to(target.replace("OUTSIDE", str(outside)))
+    # Hostile SONAMEs too: "../../../../escaped.so.1" and "gpu/libslash.so.1".
+    odd = tuple(Mount(str(p), f"{LIB_DIR}/{p.name}") for p in odd_libs)
     before = tree_snapshot(outside)
-    inject_devices(bundle, gpu_resolution(fake_driver), OPTS)
+    with capture_logs() as logs:
+        plan = inject_devices(bundle, gpu_resolution(fake_driver, extra_mounts=odd), OPTS)
     assert tree_snapshot(outside) == before
     assert sorted(os.listdir(tmp_path)) == ["bundle", "outside"]
+    # Every link is in the rootfs, found without following any symlink: the
+    # resolver must not be the judge of its own confinement.
+    names = {lk.name for lk in plan.symlinks}
+    assert names >= {"libcuda.so.1", "libnvidia-ml.so.1"}
+    found = {name: Path(d) / name for d, dirs, files in os.walk(bundle / "rootfs")
+             for name in files + dirs if name in names}
+    assert set(found) == names
+    assert os.readlink(found["libcuda.so.1"]) == "libcuda.so.580.65.06"
+    for name in names | {"escaped.so.1"}:
+        for host_dir in ("/", "/lib64", LIB_DIR, "/usr/local", "/gpu"):
+            assert not os.path.lexists(os.path.join(host_dir, name)), (host_dir, name)
+    assert not os.path.lexists(bundle / "escaped.so.1")
+    skipped = {e["library"]: e["reason"] for e in logs if e["event"] == "soname_link_skipped"}
+    assert set(skipped) == {str(p) for p in odd_libs}
+    assert all("not a bare file name" in skipped[str(p)] for p in odd_libs[:2])
 
 
 def test_gvisor_nvidia_options_profile(tmp_path: Path) -> None:
@@ -257,7 +280,7 @@ _hostile = st.lists(st.sampled_from([
 
 @settings(max_examples=25, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(mounts=st.lists(st.tuples(st.integers(0, 4), _dirs), min_size=1, max_size=5),
+@given(mounts=st.lists(st.tuples(st.integers(0, 5), _dirs), min_size=1, max_size=5),
        hostile=_hostile, env=st.lists(st.sampled_from(["A=1", "NVIDIA_VISIBLE_DEVICES=all",
                                                        "LD_LIBRARY_PATH=/x:/y"]), max_size=3),
        nodes=st.lists(st.sampled_from(["/dev/null", "/dev/zero", "/dev/full"]), max_size=3))
@@ -296,6 +319,12 @@ def test_inject_twice_is_inject_once_and_stays_in_rootfs(
     assert tree_snapshot(outside) == outside_before
     assert sorted(os.listdir(work)) == siblings
     assert sorted(os.listdir(bundle)) == ["config.json", "rootfs"]
+    # Hostile links may point at the host's / ("usr/lib" -> "/"): nothing there either.
+    names = {lib.soname for lib in fake_driver[:3] if lib.soname} | {"escaped.so.1", "gpu"}
+    for host_dir in ("/", "/usr/lib", "/usr/local/nvidia/lib64", "/lib/x86_64-linux-gnu",
+                     "/opt/gpu", "/opt"):
+        for name in names:
+            assert not os.path.lexists(os.path.join(host_dir, name)), (host_dir, name)
 
 
 @pytest.fixture(scope="module")
@@ -306,5 +335,102 @@ def odd_libs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     src = "int g(void) { return 0; }\n"
     return [
         compile_shared_library(d / "libescape.so.2.0", "../../../../escaped.so.1", src),
+        compile_shared_library(d / "libslash.so.4.0", "gpu/libslash.so.1", src),
         (lambda p: (p.write_text("junk"), p)[1])(d / "libjunk.so.3.0"),
     ]
+
+
+def test_config_is_replaced_by_fsynced_temp_then_dir_fsync(
+        bundle: Path, fake_driver: list[FakeLibrary], monkeypatch: pytest.MonkeyPatch) -> None:
+    # Crash safety is an order of real syscalls: the new bytes are fsynced in
+    # a temp file in the bundle dir, renamed over config.json, then the dir is
+    # fsynced so the rename itself survives a crash. Record that order.
+    events: list[tuple[str, str]] = []
+    real_fsync, real_rename = os.fsync, os.rename
+
+    def fsync(fd: int) -> None:
+        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+
+    def rename(src: str, dst: str, **kw: Any) -> None:
+        if not kw:
+            events.append(("rename", f"{src} -> {dst}"))
+        real_rename(src, dst, **kw)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "rename", rename)
+    inject_devices(bundle, gpu_resolution(fake_driver), OPTS)
+    assert [kind for kind, _ in events] == ["fsync", "rename", "fsync"]
+    temp = events[0][1]
+    assert os.path.dirname(temp) == str(bundle) and temp != str(bundle / "config.json")
+    assert events[1][1] == f"{temp} -> {bundle / 'config.json'}"
+    assert events[2][1] == str(bundle)
+    assert sorted(os.listdir(bundle)) == ["config.json", "rootfs"]
+
+
+def test_wrong_existing_links_are_replaced_without_touching_their_targets(
+        bundle: Path, fake_driver: list[FakeLibrary], tmp_path: Path) -> None:
+    # ldconfig's rule: a SONAME link that points elsewhere (an older driver,
+    # or anywhere at all) is replaced; what it pointed at is not written.
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    lib64 = bundle / "rootfs" / LIB_DIR.lstrip("/")
+    lib64.mkdir(parents=True)
+    (lib64 / "libcuda.so.1").symlink_to("libcuda.so.470.1")
+    (lib64 / "libnvidia-ml.so.1").symlink_to(victim)
+    (lib64 / "libnvidia-egl-gbm.so.1").write_text("a stale copy")
+    plan = inject_devices(bundle, gpu_resolution(fake_driver), OPTS)
+    assert {"libcuda.so.1", "libnvidia-ml.so.1", "libnvidia-egl-gbm.so.1"} <= {
+        lk.name for lk in plan.symlinks}
+    assert os.readlink(lib64 / "libcuda.so.1") == "libcuda.so.580.65.06"
+    assert os.readlink(lib64 / "libnvidia-ml.so.1") == "libnvidia-ml.so.580.65.06"
+    assert os.readlink(lib64 / "libnvidia-egl-gbm.so.1") == "libnvidia-egl-gbm.so.1.1.2"
+    assert victim.read_text() == "keep"
+    assert sorted(os.listdir(lib64)) == ["libcuda.so.1", "libnvidia-egl-gbm.so.1",
+                                         "libnvidia-ml.so.1"]
+
+
+def test_host_nodes_are_stated_type_numbers_and_mode(bundle: Path, tmp_path: Path,
+                                                     fake_driver: list[FakeLibrary]) -> None:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo, 0o640)
+    os.chmod(fifo, 0o640)
+    link = tmp_path / "zero-link"
+    link.symlink_to("/dev/zero")  # followed, as the runtime's open would
+    nodes = (DeviceNode("/dev/nvidia0", host_path="/dev/null"),
+             DeviceNode("/dev/pipe", host_path=str(fifo)),
+             DeviceNode("/dev/nvidia1", host_path=str(link), type="c"))
+    inject_devices(bundle, gpu_resolution(fake_driver, nodes=nodes), OPTS)
+    config = read_config(bundle)
+    devices = {d["path"]: d for d in config["linux"]["devices"]}
+    null, zero = os.stat("/dev/null"), os.stat("/dev/zero")
+    assert devices["/dev/nvidia0"] == {
+        "path": "/dev/nvidia0", "type": "c", "major": os.major(null.st_rdev),
+        "minor": os.minor(null.st_rdev), "fileMode": stat.S_IMODE(null.st_mode)}
+    assert devices["/dev/pipe"] == {"path": "/dev/pipe", "type": "p", "fileMode": 0o640}
+    assert (devices["/dev/nvidia1"]["major"], devices["/dev/nvidia1"]["minor"]) == (
+        os.major(zero.st_rdev), os.minor(zero.st_rdev))
+    rules = config["linux"]["resources"]["devices"]
+    assert all(r["type"] == "c" for r in rules)  # none for the FIFO
+    assert len(rules) == len({json.dumps(r, sort_keys=True) for r in rules})
+
+
+@pytest.mark.parametrize("host,message", [
+    ("REGULAR", "is not a device node"),
+    ("FIFO", r"type 'c' does not match host node"),
+])
+def test_host_path_of_the_wrong_kind_is_an_error_naming_it(
+        bundle: Path, tmp_path: Path, fake_driver: list[FakeLibrary], host: str,
+        message: str) -> None:
+    path = tmp_path / "node"
+    if host == "REGULAR":
+        path.write_text("")
+    else:
+        os.mkfifo(path)
+    before = bundle_state(bundle)
+    nodes = (DeviceNode("/dev/nvidia0", host_path=str(path), type="c"
+                        if host == "FIFO" else None),)
+    with pytest.raises(InjectionError, match=message) as err:
+        inject_devices(bundle, gpu_resolution(fake_driver, nodes=nodes), OPTS)
+    assert str(path) in str(err.value)
+    assert bundle_state(bundle) == before

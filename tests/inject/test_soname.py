@@ -69,6 +69,26 @@ def test_cache_keys_on_file_identity(elf_dir: Path, tmp_path: Path) -> None:
     assert len(cache) == 0
 
 
+@needs_gcc
+def test_cache_sees_a_same_size_rewrite_in_place_by_its_mtime(tmp_path: Path) -> None:
+    # Same inode, same size, new bytes: only the mtime in the key tells.
+    a = compile_shared_library(tmp_path / "a.so.1.0", "libaaaa.so.1", SRC)
+    b = compile_shared_library(tmp_path / "b.so.1.0", "libbbbb.so.1", SRC)
+    assert a.stat().st_size == b.stat().st_size
+    lib = tmp_path / "libx.so.1.0"
+    lib.write_bytes(a.read_bytes())
+    os.utime(lib, ns=(1_000_000_000, 1_000_000_000))
+    cache = SonameCache()
+    assert cache.lookup(str(lib)).soname == "libaaaa.so.1"
+    inode = lib.stat().st_ino
+    with open(lib, "r+b") as f:
+        f.write(b.read_bytes())
+    os.utime(lib, ns=(2_000_000_000, 2_000_000_000))
+    assert lib.stat().st_ino == inode
+    assert cache.lookup(str(lib)).soname == "libbbbb.so.1"
+    assert (cache.hits, cache.misses) == (0, 2)
+
+
 def test_cache_is_bounded(tmp_path: Path) -> None:
     cache = SonameCache(max_entries=2)
     for i in range(4):

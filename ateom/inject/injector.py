@@ -105,11 +105,27 @@ def _readable(config_bytes: bytes) -> list[str]:
     return text.splitlines(keepends=True)
 
 
+def _read_file(path: str) -> tuple[bytes, int]:
+    """The bytes and permission bits of `path`: one open, one fstat, the reads.
+
+    (Python's buffered ``open`` adds an ioctl, two lseeks and a second fstat.)
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        chunks = []
+        size = max(st.st_size, 0) + 1  # +1: a file that grew is still read whole
+        while chunk := os.read(fd, size):
+            chunks.append(chunk)
+        return b"".join(chunks), stat.S_IMODE(st.st_mode)
+    finally:
+        os.close(fd)
+
+
 def _read_config(bundle_dir: str) -> tuple[bytes, dict[str, Any]]:
     path = os.path.join(bundle_dir, CONFIG_NAME)
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
+        raw, _ = _read_file(path)
     except OSError as e:
         raise InjectionError(f"{path}: cannot read OCI config: {e.strerror}") from e
     try:
@@ -157,13 +173,18 @@ def _rootfs_path(bundle_dir: str, config: Mapping[str, Any]) -> str:
     rel = "rootfs"
     if isinstance(root, Mapping) and root.get("path"):
         rel = str(root["path"])
-    rootfs = os.path.join(bundle_dir, rel)  # an absolute root.path wins, as in OCI
-    if not os.path.isdir(rootfs):
+    return os.path.join(bundle_dir, rel)  # an absolute root.path wins, as in OCI
+
+
+def _open_rootfs(bundle_dir: str, rootfs: str, use_openat2: bool | None) -> ConfinedRoot:
+    """The rootfs, opened once for the whole plan; a missing one is the config's error."""
+    try:
+        return ConfinedRoot(rootfs, use_openat2=use_openat2)
+    except InjectionError as e:
+        why = e.__cause__.strerror if isinstance(e.__cause__, OSError) else str(e)
         raise InjectionError(
-            f"{os.path.join(bundle_dir, CONFIG_NAME)}: root.path: rootfs {rootfs} "
-            "is not a directory"
-        )
-    return rootfs
+            f"{os.path.join(bundle_dir, CONFIG_NAME)}: root.path: rootfs {rootfs}: {why}"
+        ) from e
 
 
 def _host_node(path: str) -> HostNode | None:
@@ -252,15 +273,15 @@ def plan_injection(
     cache = DEFAULT_SONAME_CACHE if soname_cache is None else soname_cache
     before, config = _read_config(bundle)
     rootfs = _rootfs_path(bundle, config)
-    merged = merge_edits(config, resolution, gather_host_facts(resolution), options)
-    after = before if merged.config == config else serialize_config(merged.config)
+    with _open_rootfs(bundle, rootfs, use_openat2) as root:
+        merged = merge_edits(config, resolution, gather_host_facts(resolution), options)
+        after = before if merged.config == config else serialize_config(merged.config)
 
-    sonames: dict[str, SonameRead] = {}
-    for destination, source, mount_type in merged.mounts:
-        if is_library_destination(destination, mount_type) and source not in sonames:
-            sonames[source] = cache.lookup(source)
-    links, skipped = plan_soname_links(merged.mounts, sonames)
-    with ConfinedRoot(rootfs, use_openat2=use_openat2) as root:
+        sonames: dict[str, SonameRead] = {}
+        for destination, source, mount_type in merged.mounts:
+            if is_library_destination(destination, mount_type) and source not in sonames:
+                sonames[source] = cache.lookup(source)
+        links, skipped = plan_soname_links(merged.mounts, sonames)
         todo = _links_to_stage(root, links, skipped)
 
     for hook in merged.dropped_hooks:
@@ -282,20 +303,18 @@ def plan_injection(
     )
 
 
-def _write_atomically(path: str, data: bytes) -> None:
+def _write_atomically(path: str, data: bytes, mode: int = 0o644) -> None:
     """Replace `path` with `data`: temp file in the same dir, fsync, rename, fsync dir.
 
-    A crash leaves either the old or the new config, never a torn one.
+    A crash leaves either the old or the new config, never a torn one. The
+    new file gets `mode` (the caller passes the old file's).
     """
     directory = os.path.dirname(path) or "."
-    try:
-        mode = stat.S_IMODE(os.stat(path).st_mode)
-    except FileNotFoundError:
-        mode = 0o644
     tmp = os.path.join(directory, f".{os.path.basename(path)}.ateom-{uuid.uuid4().hex[:8]}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
     try:
         try:
+            os.fchmod(fd, mode)  # the umask must not narrow the old file's mode
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view):]
@@ -329,8 +348,7 @@ def apply_plan(plan: InjectionPlan, *, use_openat2: bool | None = None,
     if not plan.changed:
         return
     try:
-        with open(plan.config_path, "rb") as f:
-            current = f.read()
+        current, mode = _read_file(plan.config_path)
     except OSError as e:
         raise InjectionError(f"{plan.config_path}: cannot read OCI config: {e.strerror}") from e
     if current != plan.config_before:
@@ -355,7 +373,7 @@ def apply_plan(plan: InjectionPlan, *, use_openat2: bool | None = None,
                     os.close(fd)
     if plan.config_after != plan.config_before:
         try:
-            _write_atomically(plan.config_path, plan.config_after)
+            _write_atomically(plan.config_path, plan.config_after, mode)
         except OSError as e:
             raise InjectionError(f"{plan.config_path}: cannot write OCI config: {e}") from e
 

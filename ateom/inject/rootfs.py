@@ -206,17 +206,18 @@ class ConfinedRoot:
         bare_target = "/" not in target and target not in ("", ".", "..")
         if "/" in name or name in ("", ".", ".."):
             raise InjectionError(f"refusing symlink name {name!r}: not a bare file name")
+        # Create first, look only if something is there: the planner already
+        # looked, so the name is almost always free and one syscall does it.
+        try:
+            make(name)
+            return True
+        except FileExistsError:
+            pass
         current = ConfinedRoot.entry(dir_fd, name)
         if current.kind == "symlink" and current.link_target == target:
             return False
         if current.kind == "dir":
             raise InjectionError(f"cannot place symlink {name} -> {target}: a directory is there")
-        if current.kind == "missing":
-            try:
-                make(name)
-                return True
-            except FileExistsError:
-                pass  # appeared since we looked: replace it below
         tmp = f".{name}.ateom-{uuid.uuid4().hex[:8]}"
         make(tmp)
         try:

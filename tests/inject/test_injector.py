@@ -134,11 +134,16 @@ def test_correct_links_are_left_alone(bundle: Path, fake_driver: list[FakeLibrar
     assert os.lstat(lib64 / "libcuda.so.1").st_ino == inode
 
 
-def test_atomic_write_keeps_mode_leaves_no_temp(bundle: Path,
-                                                fake_driver: list[FakeLibrary]) -> None:
-    os.chmod(bundle / "config.json", 0o600)
-    inject_devices(bundle, gpu_resolution(fake_driver), OPTS)
-    assert stat.S_IMODE(os.stat(bundle / "config.json").st_mode) == 0o600
+@pytest.mark.parametrize("mode", [0o600, 0o664])
+def test_atomic_write_keeps_mode_leaves_no_temp(bundle: Path, fake_driver: list[FakeLibrary],
+                                                mode: int) -> None:
+    os.chmod(bundle / "config.json", mode)
+    old_umask = os.umask(0o022)  # would narrow 0664 to 0644 if the mode were only asked for
+    try:
+        inject_devices(bundle, gpu_resolution(fake_driver), OPTS)
+    finally:
+        os.umask(old_umask)
+    assert stat.S_IMODE(os.stat(bundle / "config.json").st_mode) == mode
     assert sorted(os.listdir(bundle)) == ["config.json", "rootfs"]
 
 
@@ -162,6 +167,10 @@ def _break(bundle: Path, how: str) -> None:
         (bundle / "config.json").write_text('{"process": {"env": "PATH=/bin"}}')
     elif how == "mount not an object":
         (bundle / "config.json").write_text('{"mounts": ["/proc"]}')
+    elif how == "rootfs is a file":
+        config = read_config(bundle)
+        config["root"]["path"] = "config.json"
+        (bundle / "config.json").write_text(json.dumps(config))
     elif how == "missing rootfs":
         config = read_config(bundle)
         config["root"]["path"] = "no-such-rootfs"
@@ -174,7 +183,8 @@ def _break(bundle: Path, how: str) -> None:
     ("not an object", "not an object"),
     ("env not a list", "process.env: is str, not an array"),
     ("mount not an object", r"mounts\[0\]: is str, not an object"),
-    ("missing rootfs", "root.path: rootfs"),
+    ("missing rootfs", "root.path: rootfs .*no-such-rootfs: No such file or directory"),
+    ("rootfs is a file", "root.path: rootfs .*config.json: Not a directory"),
     ("missing host node", "host node /dev/ateom-no-such-gpu does not exist"),
     ("dotdot mount", "climbs out of the rootfs"),
 ])

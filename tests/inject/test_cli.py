@@ -95,3 +95,22 @@ def test_unresolvable_device_is_a_clear_error(setup: tuple[Path, Path],
     assert rc == 1
     assert "nvidia.com/gpu=9" in capsys.readouterr().err
     assert (bundle / "config.json").read_bytes() == before
+
+
+def test_profile_comes_from_the_environment(setup: tuple[Path, Path],
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    # The toolkit's .real binary beats its shell wrapper; the driver root
+    # decides LD_LIBRARY_PATH. Both read from the env, as the daemon does.
+    bundle, spec_dir = setup
+    toolkit = spec_dir.parent / "toolkit"
+    (toolkit / "nvidia-cdi-hook").write_text("#!/bin/sh\n")
+    (toolkit / "nvidia-cdi-hook.real").write_text("")
+    monkeypatch.setenv("ATEOM_NVIDIA_DRIVER_ROOT", "/drv")
+    assert main(["inject", "--bundle", str(bundle), "--spec-dir", str(spec_dir),
+                 "--device", "nvidia.com/gpu=0"]) == 0
+    config = json.loads((bundle / "config.json").read_text())
+    real = str(toolkit / "nvidia-cdi-hook.real")
+    assert {(h["path"], h["args"][0]) for h in config["hooks"]["createContainer"]} == {
+        (real, real)}
+    assert [e for e in config["process"]["env"] if e.startswith("LD_LIBRARY_PATH=")] == [
+        "LD_LIBRARY_PATH=/drv/lib64"]

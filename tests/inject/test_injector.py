@@ -230,9 +230,11 @@ def test_odd_libraries_are_skipped_and_logged(bundle: Path, fake_driver: list[Fa
     ("usr", "/"), ("usr/local", "/"), ("usr/local/nvidia/lib64", "/"),
     ("usr/local/nvidia", "../../../../../.."), ("usr/local/nvidia/lib64", "/../../../lib64"),
 ])
+@pytest.mark.parametrize("use_openat2", [pytest.param(None, id="openat2"),
+                                         pytest.param(False, id="walk")])
 def test_injection_into_hostile_rootfs_writes_nothing_outside(
         tmp_path: Path, fake_driver: list[FakeLibrary], odd_libs: list[Path],
-        hostile: str, target: str) -> None:
+        hostile: str, target: str, use_openat2: bool | None) -> None:
     bundle = build_busybox_bundle(tmp_path / "bundle", ["sh"])
     outside = tmp_path / "outside"
     (outside / "local" / "nvidia" / "lib64").mkdir(parents=True)
@@ -242,7 +244,9 @@ def test_injection_into_hostile_rootfs_writes_nothing_outside(
     odd = tuple(Mount(str(p), f"{LIB_DIR}/{p.name}") for p in odd_libs)
     before = tree_snapshot(outside)
     with capture_logs() as logs:
-        plan = inject_devices(bundle, gpu_resolution(fake_driver, extra_mounts=odd), OPTS)
+        plan = plan_injection(bundle, gpu_resolution(fake_driver, extra_mounts=odd), OPTS,
+                              use_openat2=use_openat2)
+        apply_plan(plan, use_openat2=use_openat2)
     assert tree_snapshot(outside) == before
     assert sorted(os.listdir(tmp_path)) == ["bundle", "outside"]
     # Every link is in the rootfs, found without following any symlink: the

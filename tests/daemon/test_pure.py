@@ -294,6 +294,33 @@ def test_prepare_config_sandbox_resources() -> None:
         "cpu": {"period": 100000, "quota": 150000}, "memory": {"limit": 1 << 30}}
 
 
+def test_prepare_config_leaves_its_input_as_it_was() -> None:
+    import copy
+
+    cfg = {"process": {"args": ["sh"], "env": ["A=1"]}, "mounts": [{"destination": "/x"}],
+           "annotations": {"dev.gvisor.x": "1"},
+           "linux": {"namespaces": [{"type": "pid"}],
+                     "resources": {"cpu": {"shares": 2}, "memory": {"limit": 7}}}}
+    before = copy.deepcopy(cfg)
+    out = bundles.prepare_config(cfg, "p", container="_pause", sandbox_id="s", is_sandbox=True,
+                                 cpu_milli=500, memory_bytes=1 << 20)
+    assert cfg == before
+    assert out.config["linux"]["resources"] == {
+        "cpu": {"shares": 2, "period": 100000, "quota": 50000}, "memory": {"limit": 1 << 20}}
+    assert out.config["linux"]["namespaces"] == [{"type": "pid"}]
+    assert out.config["mounts"] == cfg["mounts"] and out.config["process"] == cfg["process"]
+
+
+@pytest.mark.parametrize("cfg", [{"process": {}, "linux": []},
+                                 {"process": {}, "linux": {"resources": "x"}}])
+def test_prepare_config_refuses_a_linux_section_that_is_not_an_object(
+        cfg: dict[str, object]) -> None:
+    with pytest.raises(AteomError, match="/b/config.json") as err:
+        bundles.prepare_config(cfg, "/b/config.json", container="_pause", sandbox_id="s",
+                               is_sandbox=True, cpu_milli=100)
+    assert err.value.code is ErrorCode.INVALID_ARGUMENT
+
+
 def test_foreign_hooks_refused() -> None:
     cfg = {"process": {}, "hooks": {"prestart": [{"path": "/bin/evil"}]}}
     with pytest.raises(AteomError, match=r"hooks.prestart\[0\] \(/bin/evil\)") as err:

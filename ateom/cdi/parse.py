@@ -214,13 +214,23 @@ def _decode_yaml(text: str, path: str) -> Any:
         return yaml.load(text, Loader=_SpecYamlLoader)  # noqa: S506 - a safe loader subclass
     except yaml.MarkedYAMLError as exc:
         raise SpecError(path, f"invalid YAML: {_yaml_problem(exc)}") from None
+    except yaml.reader.ReaderError as exc:
+        # A character YAML forbids; PyYAML's own text spans two lines.
+        line = text.count("\n", 0, exc.position) + 1
+        column = exc.position - text.rfind("\n", 0, exc.position)
+        raise SpecError(
+            path,
+            f"invalid YAML: line {line} column {column}: "
+            f"character #x{exc.character:04x}: {exc.reason}",
+        ) from None
     except RecursionError:
         raise SpecError(path, "document is nested too deeply") from None
     except Exception as exc:  # noqa: BLE001
         # PyYAML's constructors let ValueError, TypeError and friends escape
         # for explicitly tagged scalars (`!!int abc`, `!!float x`); any
         # failure to decode untrusted text is the spec's fault, not ateom's.
-        raise SpecError(path, f"invalid YAML: {exc}") from None
+        # Whitespace is folded so the problem stays one line.
+        raise SpecError(path, f"invalid YAML: {' '.join(str(exc).split())}") from None
 
 
 def _yaml_problem(exc: yaml.MarkedYAMLError) -> str:

@@ -34,7 +34,13 @@ from typing import Any
 from ateom.cdi.model import Device, EditStep, Resolution, Spec
 from ateom.cdi.names import parse_qualified_name
 from ateom.cdi.parse import SpecFormat, decode_document
-from ateom.cdi.spec_file import LoadedSpec, format_for_path, parse_spec_text, spec_problems
+from ateom.cdi.spec_file import (
+    LoadedSpec,
+    format_for_path,
+    parse_spec_text,
+    read_spec_bytes,
+    spec_problems,
+)
 from ateom.errors import QualifiedNameError, ResolutionError, SpecError
 
 DEFAULT_SPEC_DIRS: tuple[str, ...] = ("/etc/cdi", "/var/run/cdi")
@@ -355,10 +361,23 @@ class Registry:
                 return broken_note
             known = ", ".join(sorted(self._specs_by_kind)) or "none"
             dirs = ", ".join(self.spec_dirs) or "none"
-            return (
+            why = (
                 f"no CDI spec for kind {kind!r} in the spec directories ({dirs}); "
                 f"kinds available: {known}"
             )
+            # A spec too broken to tell its kind (or a directory that could
+            # not be listed) may be the missing one: say so, with its error.
+            attributed = {s.path for specs in self._broken_by_kind.values() for s in specs}
+            unknown = [
+                f"{path}: {_one_line(error)}"
+                for path, error in self.spec_errors.items()
+                if path not in attributed
+            ]
+            if unknown:
+                why += "; spec files that failed to load, any of which may be it: " + "; ".join(
+                    unknown
+                )
+            return why
         have = sorted(
             {q.partition("=")[2] for q in self._devices if q.partition("=")[0] == kind},
             key=_device_order,
@@ -377,10 +396,9 @@ class Registry:
 def _read_bytes(path: str) -> bytes | SpecError:
     """The file's bytes, or the SpecError saying why it cannot be read."""
     try:
-        with open(path, "rb") as f:
-            return f.read()
-    except OSError as exc:
-        return SpecError(path, f"cannot read: {exc.strerror or exc}")
+        return read_spec_bytes(path)
+    except SpecError as exc:
+        return exc
 
 
 def _read_source(path: str, priority: int) -> SpecSource:

@@ -148,12 +148,22 @@ _VALIDATOR_CLASS = jsonschema.validators.extend(
 _VALIDATOR = _VALIDATOR_CLASS(inline_refs(SCHEMA))
 
 
+_PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
 def json_path(parts: Iterable[str | int]) -> str:
-    """``("devices", 2, "containerEdits")`` -> ``devices[2].containerEdits``."""
+    """``("devices", 2, "containerEdits")`` -> ``devices[2].containerEdits``.
+
+    A key that is not a plain name (an annotation key, a misspelt field
+    holding '.' or a newline) is quoted, ``annotations['vendor.com/x']``, so
+    the path stays unambiguous and each problem stays on one line.
+    """
     out = ""
     for part in parts:
         if isinstance(part, int):
             out += f"[{part}]"
+        elif not _PLAIN_KEY.fullmatch(part):
+            out += f"[{part!r}]"
         else:
             out += f".{part}" if out else part
     return out

@@ -11,6 +11,7 @@ fixes a spec in one round instead of one error per run.
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
 from typing import Literal
 
@@ -22,6 +23,9 @@ from ateom.errors import AteomError, SpecError
 
 # File name endings a spec directory is scanned for, and how each is decoded.
 SPEC_EXTENSIONS: dict[str, SpecFormat] = {".json": "json", ".yaml": "yaml", ".yml": "yaml"}
+# Real specs are tens of KiB (8 GPUs with MIG, ~40 libraries). The bound keeps
+# a runaway file, or a spec name linked to /dev/zero, from eating the daemon.
+MAX_SPEC_BYTES = 16 * 1024 * 1024
 
 
 class InvalidSpecError(SpecError):
@@ -82,6 +86,27 @@ def parse_spec_text(text: str | bytes, path: str, fmt: Literal["json", "yaml"]) 
     return LoadedSpec(spec, warnings)
 
 
+def read_spec_bytes(path: str) -> bytes:
+    """The bytes of the spec file at `path` (reads it).
+
+    Raises SpecError naming `path` when it cannot be read, is not a regular
+    file, or is larger than MAX_SPEC_BYTES.
+    """
+    try:
+        # O_NONBLOCK: a FIFO that happens to carry a spec's name must not
+        # hang `validate` or the daemon waiting for a writer.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        with open(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise SpecError(path, "not a regular file")
+            data = f.read(MAX_SPEC_BYTES + 1)
+    except OSError as exc:
+        raise SpecError(path, f"cannot read: {exc.strerror or exc}") from None
+    if len(data) > MAX_SPEC_BYTES:
+        raise SpecError(path, f"file is larger than {MAX_SPEC_BYTES} bytes")
+    return data
+
+
 def load_spec(path: str | os.PathLike[str]) -> LoadedSpec:
     """Read the spec file at `path` and validate it (reads the file).
 
@@ -92,9 +117,4 @@ def load_spec(path: str | os.PathLike[str]) -> LoadedSpec:
     fmt = format_for_path(name)
     if fmt is None:
         raise SpecError(name, "not a CDI spec file name (want .json, .yaml or .yml)")
-    try:
-        with open(name, "rb") as f:
-            data = f.read()
-    except OSError as exc:
-        raise SpecError(name, f"cannot read: {exc.strerror or exc}") from None
-    return parse_spec_text(data, name, fmt)
+    return parse_spec_text(read_spec_bytes(name), name, fmt)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -235,3 +236,60 @@ def test_validate_warns_about_same_directory_duplicates(
         f"{tmp_path / 'b.json'}: warning: device v.com/gpu=0 is also defined by "
         f"{tmp_path / 'a.json'} in the same directory; as a spec directory, neither would resolve"
     )
+
+
+def test_validate_hand_crafted_bad_inputs_one_line_each(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Odd files in one directory: each bad one gets its own single `PATH: reason`
+    line; the good ones (a symlinked spec, numbers as names) stay valid."""
+    good = tmp_path / "good.yaml"
+    good.write_text(
+        "cdiVersion: 0.5.0\nkind: v.com/gpu\ndevices:\n"
+        "  - name: 0\n    containerEdits: {env: [A=1]}\n"
+        "  - name: 1:0\n    containerEdits: {env: [A=1]}\n"
+    )
+    (tmp_path / "link.yaml").symlink_to(good)
+    (tmp_path / "broken.json").write_text("{")
+    (tmp_path / "dup.yaml").write_text("cdiVersion: 0.5.0\nkind: a/b\nkind: a/c\n")
+    (tmp_path / "binary.json").write_bytes(bytes(range(256)))
+    (tmp_path / "latin1.yaml").write_bytes(b"kind: caf\xe9\n")
+    (tmp_path / "dangling.json").symlink_to(tmp_path / "nowhere")
+    os.mkfifo(tmp_path / "fifo.json")
+    (tmp_path / "newline-key.json").write_text(GOOD[:-1] + ', "x\\ny": 1}')
+    code, out, err = run(capsys, "cdi", "validate", str(tmp_path))
+    assert code == 1
+    assert out.splitlines() == [
+        f"{good}: valid (kind v.com/gpu, cdiVersion 0.5.0, 2 devices)",
+        f"{tmp_path / 'link.yaml'}: valid (kind v.com/gpu, cdiVersion 0.5.0, 2 devices)",
+    ]
+    expected = [
+        ("binary.json", "not valid UTF-8 text: invalid start byte at byte 128"),
+        ("broken.json", "invalid JSON at line 1 column 2"),
+        ("dangling.json", "cannot read: No such file or directory"),
+        ("dup.yaml", "invalid YAML: line 3 column 1: duplicate key 'kind'"),
+        ("fifo.json", "not a regular file"),
+        ("latin1.yaml", "not valid UTF-8 text"),
+        ("newline-key.json", "['x\\ny']: unknown field"),
+    ]
+    problems = [line for line in err.splitlines() if ": warning: " not in line]
+    assert len(problems) == len(expected), err
+    for line, (name, reason) in zip(problems, expected, strict=True):
+        assert line.startswith(f"{tmp_path / name}: {reason}"), line
+    # link.yaml repeats good.yaml's devices in the same directory: a warning only.
+    assert f"{tmp_path / 'link.yaml'}: warning: device v.com/gpu=0 is also defined by" in err
+
+
+def test_resolve_explains_a_kind_whose_spec_cannot_be_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "gpu.json").write_text(GOOD)
+    (tmp_path / "nic.json").write_bytes(b"\xff")
+    code, out, err = run(capsys, "cdi", "resolve", "--spec-dir", str(tmp_path), "v.com/nic=0")
+    assert code == 1 and out == ""
+    assert err.splitlines() == [
+        "ateom: unresolvable CDI device:",
+        f"  v.com/nic=0: no CDI spec for kind 'v.com/nic' in the spec directories ({tmp_path}); "
+        f"kinds available: v.com/gpu; spec files that failed to load, any of which may be it: "
+        f"{tmp_path / 'nic.json'}: not valid UTF-8 text: invalid start byte at byte 0",
+    ]

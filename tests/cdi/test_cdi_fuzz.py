@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from ateom.cdi import schema
 from ateom.cdi.edits import edits_to_json
 from ateom.cdi.parse import decode_document
-from ateom.cdi.spec_file import LoadedSpec, parse_spec_text
+from ateom.cdi.spec_file import LoadedSpec, parse_spec_text, spec_problems
 from ateom.errors import SpecError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -43,7 +43,7 @@ SCALARS = st.one_of(
     st.text(max_size=12),
     st.sampled_from(["0.3.0", "0.5.0", "v1.1.0", "vendor.com/gpu", "/dev/x", "A=1", "c", "rwm"]),
 )
-KEYS = st.one_of(st.sampled_from(FIELD_NAMES), st.text(max_size=8))
+KEYS = st.one_of(st.sampled_from([*FIELD_NAMES, "x\ny", "a.b/c"]), st.text(max_size=8))
 DOCUMENTS = st.recursive(
     SCALARS,
     lambda children: st.one_of(
@@ -62,6 +62,8 @@ def check(text: str | bytes, fmt: str) -> LoadedSpec | None:
     except SpecError as exc:
         assert str(exc).startswith("fuzz." + fmt + ": ")
         assert exc.reason
+        # `ateom cdi validate` prints one line per problem.
+        assert all("\n" not in str(p) for p in spec_problems(exc)), str(exc)
         return None
 
 

@@ -15,7 +15,7 @@ from ateom.cdi.parse import (
     go_float32_text,
     scalar_text,
 )
-from ateom.cdi.spec_file import parse_spec_text
+from ateom.cdi.spec_file import load_spec, parse_spec_text
 from ateom.errors import SpecError
 
 MINIMAL_YAML = """\
@@ -287,3 +287,16 @@ def test_both_yaml_loaders_agree(path: Path) -> None:
 def test_pure_python_loader_keeps_the_rules(yaml_loader: str) -> None:
     assert "duplicate key 'a'" in str(spec_error("a: 1\na: 2\n"))
     assert decode_document("k: [1:0, 2024-01-02]\n", "f", "yaml") == {"k": ["1:0", "2024-01-02"]}
+
+
+def test_yaml_forbidden_character_is_one_line_naming_where(yaml_loader: str) -> None:
+    message = str(spec_error("a: b\nc: d\x1b\n"))
+    assert message.startswith("spec.yaml: invalid YAML: line 2 column 5: character #x001b: ")
+    assert "\n" not in message
+
+
+def test_a_spec_path_that_is_a_directory(tmp_path: Path) -> None:
+    (tmp_path / "dir.json").mkdir()
+    with pytest.raises(SpecError) as info:
+        load_spec(tmp_path / "dir.json")
+    assert str(info.value) == f"{tmp_path / 'dir.json'}: cannot read: Is a directory"

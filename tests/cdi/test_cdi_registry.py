@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -10,7 +11,7 @@ import pytest
 
 from ateom.cdi.registry import DEFAULT_SPEC_DIRS, Registry, SpecCache, default_spec_dirs
 from ateom.cdi.testing import spec_document, write_spec
-from ateom.errors import ResolutionError
+from ateom.errors import ResolutionError, SpecError
 
 
 def spec(kind: str, *devices: str, spec_env: str | None = None, env: str = "X") -> dict[str, Any]:
@@ -267,3 +268,60 @@ def test_testing_helpers_write_yaml_and_json(tmp_path: Path) -> None:
     assert not registry.spec_errors
     assert [d.qualified_name for d in registry.devices()] == ["v.com/gpu=0", "v.com/nic=x"]
     assert registry.device("v.com/gpu=0").spec.annotations == {"v.com/a": "b"}  # type: ignore[union-attr]
+
+
+# -- files that are not plain spec files ---------------------------------------------
+
+
+def test_a_fifo_with_a_spec_name_is_an_error_not_a_hang(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "pipe.json")
+    write(tmp_path, "gpu.json", spec("v.com/gpu", "0"))
+    registry = Registry.load([str(tmp_path)], cache=None)
+    assert str(registry.spec_errors[str(tmp_path / "pipe.json")]).endswith("not a regular file")
+    assert [d.qualified_name for d in registry.devices()] == ["v.com/gpu=0"]
+
+
+@pytest.mark.parametrize("cache", [None, SpecCache()], ids=["uncached", "cached"])
+def test_unreadable_links_and_devices_are_spec_errors(tmp_path: Path, cache: Any) -> None:
+    (tmp_path / "zero.yaml").symlink_to("/dev/zero")
+    (tmp_path / "dangling.json").symlink_to(tmp_path / "nowhere")
+    (tmp_path / "loop.yaml").symlink_to(tmp_path / "loop.yaml")
+    good = write(tmp_path / "elsewhere", "gpu.json", spec("v.com/gpu", "0"))
+    (tmp_path / "linked.json").symlink_to(good)
+    registry = Registry.load([str(tmp_path)], cache=cache)
+    errors = {os.path.basename(p): e.reason for p, e in registry.spec_errors.items()}
+    assert errors == {
+        "zero.yaml": "not a regular file",
+        "dangling.json": "cannot read: No such file or directory",
+        "loop.yaml": "cannot read: Too many levels of symbolic links",
+    }
+    linked = registry.device("v.com/gpu=0")
+    assert linked is not None and linked.spec_path == str(tmp_path / "linked.json")
+
+
+def test_a_spec_over_the_size_limit_is_refused_unread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ateom.cdi import spec_file
+
+    text = json.dumps(spec("v.com/gpu", "0"))
+    monkeypatch.setattr(spec_file, "MAX_SPEC_BYTES", len(text) + 10)
+    at_limit = write(tmp_path, "at.json", text + " " * 10)
+    over = write(tmp_path, "over.json", text + " " * 11)
+    assert spec_file.load_spec(at_limit).spec.kind == "v.com/gpu"
+    with pytest.raises(SpecError) as info:
+        spec_file.load_spec(over)
+    assert str(info.value) == f"{over}: file is larger than {len(text) + 10} bytes"
+    assert set(Registry.load([str(tmp_path)], cache=None).spec_errors) == {over}
+
+
+def test_no_spec_for_a_kind_names_specs_too_broken_to_tell_their_kind(tmp_path: Path) -> None:
+    write(tmp_path, "gpu.json", spec("v.com/gpu", "0"))
+    garbage = write(tmp_path, "nic.yaml", "kind: v.com/nic\ndevices: [\n")
+    why = failure(Registry.load([str(tmp_path)]), "v.com/nic=0")["v.com/nic=0"]
+    assert "no CDI spec for kind 'v.com/nic'" in why
+    assert f"failed to load, any of which may be it: {garbage}: invalid YAML: line 3" in why
+    # A broken spec whose kind is known is not offered as a guess for other kinds.
+    write(tmp_path, "nic.yaml", "cdiVersion: 9.9.9\nkind: v.com/nic\ndevices: []\n")
+    why = failure(Registry.load([str(tmp_path)]), "v.com/tpu=0")["v.com/tpu=0"]
+    assert why.endswith("kinds available: v.com/gpu")

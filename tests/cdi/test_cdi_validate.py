@@ -133,6 +133,16 @@ def test_schema_forbids_additional_properties_everywhere() -> None:
             lambda d: d.update(annotations={"a": {"b": 1}}),
             "annotations.a: must be string, not object",
         ),
+        (
+            lambda d: d.update(annotations={"vendor.com/a": 1.5, "vendor.com/b": [1]}),
+            "annotations['vendor.com/b']: must be string, not array",
+        ),
+        # Keys that are not plain names are quoted: one line per problem.
+        (lambda d: d.update({"x\ny": 1}), "['x\\ny']: unknown field"),
+        (
+            lambda d: edits(d).update(deviceNodes=[{"path": "/a", "my field": 1}]),
+            "devices[0].containerEdits.deviceNodes[0]['my field']: unknown field",
+        ),
     ],
 )
 def test_schema_problems_name_the_json_path(mutate: Any, expected: str) -> None:

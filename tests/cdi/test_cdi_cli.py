@@ -156,6 +156,15 @@ def test_devices_uses_environment_spec_dirs(
     assert "nvidia.com/gpu=7" in out.splitlines()
 
 
+def test_spec_dir_flags_override_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("ATEOM_CDI_SPEC_DIRS", str(VALID))
+    (tmp_path / "gpu.json").write_text(GOOD)
+    code, out, _ = run(capsys, "cdi", "devices", "--spec-dir", str(tmp_path))
+    assert (code, out) == (0, "v.com/gpu=0\n")
+
+
 def test_resolve_prints_merged_edits(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(
         capsys, "cdi", "resolve", "--spec-dir", str(VALID), "nvidia.com/gpu=1", "amd.com/gpu=0"

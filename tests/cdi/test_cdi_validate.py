@@ -288,7 +288,7 @@ def test_version_gate_uses_declared_v_prefixed_version() -> None:
 def test_kind_rules(kind: str, expected: str) -> None:
     doc = base("1.1.0")
     doc["kind"] = kind
-    assert one_problem(doc) == expected or one_problem(doc).startswith(expected)
+    assert one_problem(doc).startswith(expected)
 
 
 @pytest.mark.parametrize("kind", ["a/b", "vendor.com/gpu", "v-1_x.y/c-1_2.3", "A9/Z0"])
@@ -319,7 +319,7 @@ def test_valid_device_names(name: str) -> None:
 def test_device_name_rules(name: str, expected: str) -> None:
     doc = base("1.1.0")
     doc["devices"][0]["name"] = name
-    assert one_problem(doc) == f"devices[0].name: {expected}" or expected in one_problem(doc)
+    assert one_problem(doc).startswith(f"devices[0].name: {expected}")
 
 
 def test_duplicate_device_names() -> None:

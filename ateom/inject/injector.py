@@ -189,6 +189,8 @@ def _open_rootfs(bundle_dir: str, rootfs: str, use_openat2: bool | None) -> Conf
 
 def _host_node(path: str) -> HostNode | None:
     """Stat a host device node (following symlinks, like the runtime's open)."""
+    if "\0" in path:
+        return None  # not a path; the merge refuses it with the spec named
     try:
         st = os.stat(path)
     except FileNotFoundError:

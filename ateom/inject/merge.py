@@ -91,6 +91,13 @@ def _where(step: EditStep) -> str:
     return f"{step.spec_path}: {step.origin}"
 
 
+def check_path(value: str, field: str, step: EditStep) -> None:
+    """Refuse a path with a NUL byte: the kernel would act on a shorter path
+    than the spec names (and Python's os calls raise ValueError on it)."""
+    if "\0" in value:
+        raise InjectionError(f"{_where(step)}: {field} {value!r} contains a NUL byte")
+
+
 def complete_device_node(
     node: DeviceNode, host: HostNode | None, step: EditStep, process_ids: tuple[int, int]
 ) -> dict[str, Any]:
@@ -100,6 +107,8 @@ def complete_device_node(
     reference, a node without uid/gid gets the process user's when that user
     is not root, so a non-root workload can open its GPU.
     """
+    check_path(node.path, "device node path", step)
+    check_path(node.host, "device node hostPath", step)
     dev_type = node.type or ""
     major, minor, file_mode = node.major, node.minor, node.file_mode
     if node_needs_stat(node):
@@ -154,12 +163,14 @@ def _cgroup_rule(device: Mapping[str, Any], node: DeviceNode) -> dict[str, Any] 
 
 
 def check_destination(mount: Mount, step: EditStep) -> str:
-    """The mount's container path, normalised; a ``..`` component is an error.
+    """The mount's container path, normalised; a ``..`` component (or a NUL) is an error.
 
     Lexically normalising would silently turn ``/usr/../../etc`` into
     ``/etc``; a spec that says ``..`` is broken or hostile, so refuse it.
     """
     dest = mount.container_path
+    check_path(dest, "mount containerPath", step)
+    check_path(mount.host_path, "mount hostPath", step)
     if ".." in dest.split("/"):
         raise InjectionError(
             f"{_where(step)}: mount containerPath {dest!r} climbs out of the rootfs ('..')"

@@ -171,6 +171,8 @@ class SonameCache:
             st = os.stat(path)
         except OSError as e:
             return SonameRead(soname=None, error=f"{type(e).__name__}: {e.strerror}")
+        except ValueError as e:  # a NUL in the path: not a file at all
+            return SonameRead(soname=None, error=f"{type(e).__name__}: {e}")
         key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
         with self._lock:
             found = self._entries.get(key)

@@ -187,6 +187,8 @@ def _break(bundle: Path, how: str) -> None:
     ("rootfs is a file", "root.path: rootfs .*config.json: Not a directory"),
     ("missing host node", "host node /dev/ateom-no-such-gpu does not exist"),
     ("dotdot mount", "climbs out of the rootfs"),
+    ("nul host node", "hostPath .* NUL byte"),
+    ("nul library", "hostPath .* NUL byte"),
 ])
 def test_errors_leave_the_bundle_untouched(bundle: Path, fake_driver: list[FakeLibrary],
                                            how: str, message: str) -> None:
@@ -196,6 +198,11 @@ def test_errors_leave_the_bundle_untouched(bundle: Path, fake_driver: list[FakeL
         res = gpu_resolution(fake_driver, nodes=(
             DeviceNode("/dev/nvidia0", host_path="/dev/null"),
             DeviceNode("/dev/nvidia1", host_path="/dev/ateom-no-such-gpu")))
+    if how == "nul host node":
+        res = gpu_resolution(fake_driver, nodes=(DeviceNode("/dev/nvidia0", host_path="/dev/\0"),))
+    if how == "nul library":
+        res = gpu_resolution(fake_driver, extra_mounts=(
+            Mount(f"{fake_driver[0].path}\0x", f"{LIB_DIR}/libx.so.1.0"),))
     if how == "dotdot mount":
         res = gpu_resolution(fake_driver, extra_mounts=(
             Mount(str(fake_driver[0].path), "/usr/lib/../../../libcuda.so.1"),))

@@ -219,6 +219,21 @@ def test_mount_over_root_lands_before_every_other_mount() -> None:
     assert [m["destination"] for m in out["mounts"]] == ["/", "/proc", "/dev"]
 
 
+@pytest.mark.parametrize("edits,field", [
+    (ContainerEdits(device_nodes=(DeviceNode("/dev/x\0y"),)), "device node path"),
+    (ContainerEdits(device_nodes=(DeviceNode("/dev/g", host_path="/dev/nu\0ll"),)),
+     "device node hostPath"),
+    (ContainerEdits(mounts=(Mount("/h/li\0b.so.1", "/usr/lib/lib.so.1"),)), "mount hostPath"),
+    (ContainerEdits(mounts=(Mount("/h/lib.so.1", "/usr/li\0b/lib.so.1"),)),
+     "mount containerPath"),
+])
+def test_nul_byte_in_a_path_is_an_error_naming_the_field(edits: ContainerEdits,
+                                                         field: str) -> None:
+    # A NUL cannot be in a path: the kernel would read a shorter one.
+    with pytest.raises(InjectionError, match=f"/etc/cdi/v.json: .*{field} .* NUL byte"):
+        merge(base_config(), edits)
+
+
 def test_mount_destination_with_dotdot_is_an_error() -> None:
     m = Mount("/h/x", "/usr/lib/../../../etc/x.so.1")
     with pytest.raises(InjectionError, match=r"climbs out of the rootfs"):

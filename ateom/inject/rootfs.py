@@ -218,7 +218,9 @@ class ConfinedRoot:
             return False
         if current.kind == "dir":
             raise InjectionError(f"cannot place symlink {name} -> {target}: a directory is there")
-        tmp = f".{name}.ateom-{uuid.uuid4().hex[:8]}"
+        # Named after the link for whoever finds a leftover, cut so that a
+        # name near NAME_MAX still leaves room for the suffix.
+        tmp = f".{os.fsdecode(os.fsencode(name)[:200])}.ateom-{uuid.uuid4().hex[:8]}"
         make(tmp)
         try:
             os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)

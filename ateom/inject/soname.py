@@ -231,6 +231,9 @@ def is_library_destination(destination: str, mount_type: str) -> bool:
     return mount_type in ("bind", "rbind") and ".so." in destination.rpartition("/")[2]
 
 
+NAME_MAX = 255  # bytes in one file name (Linux); a longer SONAME cannot be a link's name
+
+
 def bare_file_name(name: str) -> bool:
     """True when `name` can only mean a file in the same directory."""
     return bool(name) and "/" not in name and "\0" not in name and name not in (".", "..")
@@ -271,6 +274,11 @@ def plan_soname_links(
         if not bare_file_name(soname):
             skipped.append(SkippedLibrary(
                 source, destination, f"SONAME {soname!r} is not a bare file name"))
+            continue
+        if len(os.fsencode(soname)) > NAME_MAX:
+            skipped.append(SkippedLibrary(
+                source, destination, f"SONAME is {len(os.fsencode(soname))} bytes, longer "
+                f"than a file name can be ({NAME_MAX})"))
             continue
         link = SonameLink(directory, soname, basename, source)
         if link.path in destinations:

@@ -216,6 +216,28 @@ def test_errors_leave_the_bundle_untouched(bundle: Path, fake_driver: list[FakeL
         assert (bundle / "config.json").read_bytes() == config_before
 
 
+def test_soname_too_long_for_a_file_name_is_skipped_and_logged(
+        bundle: Path, fake_driver: list[FakeLibrary], tmp_path: Path) -> None:
+    from ateom.testing import compile_shared_library
+    # 255 bytes is the longest file name; one byte more cannot be a link's name.
+    longest = compile_shared_library(tmp_path / "libl.so.1.0", "l" * 250 + ".so.1", "int f;")
+    too_long = compile_shared_library(tmp_path / "libm.so.1.0", "m" * 251 + ".so.1", "int f;")
+    extra = tuple(Mount(str(p), f"{LIB_DIR}/{p.name}") for p in (longest, too_long))
+    with capture_logs() as logs:
+        plan = inject_devices(bundle, gpu_resolution(fake_driver, extra_mounts=extra), OPTS)
+    lib64 = bundle / "rootfs" / LIB_DIR.lstrip("/")
+    assert os.readlink(lib64 / ("l" * 250 + ".so.1")) == "libl.so.1.0"
+    assert os.readlink(lib64 / "libcuda.so.1") == "libcuda.so.580.65.06"
+    assert [s.library for s in plan.skipped_libraries] == [str(too_long)]
+    assert [e["library"] for e in logs if e["event"] == "soname_link_skipped"] == [
+        str(too_long)]
+    # A second run replaces nothing and stays quiet about the long-but-valid name.
+    (lib64 / ("l" * 250 + ".so.1")).unlink()
+    (lib64 / ("l" * 250 + ".so.1")).symlink_to("wrong")
+    inject_devices(bundle, gpu_resolution(fake_driver, extra_mounts=extra), OPTS)
+    assert os.readlink(lib64 / ("l" * 250 + ".so.1")) == "libl.so.1.0"
+
+
 def test_odd_libraries_are_skipped_and_logged(bundle: Path, fake_driver: list[FakeLibrary],
                                               tmp_path: Path) -> None:
     not_elf = tmp_path / "libnvidia-broken.so.1.0"

@@ -95,40 +95,98 @@ def _key_text(key: object) -> str:
     )
 
 
-# YAML 1.1's int and float forms without base-60 ("sexagesimal") numbers:
-# PyYAML reads an unquoted MIG device name `1:0` as the integer 60, while the
-# Go YAML library the CDI reference uses reads it as the string "1:0".
-_INT_NO_SEXAGESIMAL = re.compile(
-    r"""^(?:[-+]?0b[0-1_]+
-    |[-+]?0[0-7_]+
-    |[-+]?(?:0|[1-9][0-9_]*)
-    |[-+]?0x[0-9a-fA-F_]+)$""",
-    re.X,
-)
-_FLOAT_NO_SEXAGESIMAL = re.compile(
-    r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?
-    |\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?
-    |[-+]?\.(?:inf|Inf|INF)
-    |\.(?:nan|NaN|NAN))$""",
-    re.X,
-)
-_RESOLVER_OVERRIDES: dict[str, re.Pattern[str] | None] = {
-    "tag:yaml.org,2002:int": _INT_NO_SEXAGESIMAL,
-    "tag:yaml.org,2002:float": _FLOAT_NO_SEXAGESIMAL,
-    # Timestamps stay strings: a date-like env value or annotation is text.
-    "tag:yaml.org,2002:timestamp": None,
+# Plain scalars are typed the way go-yaml v2 types them (the CDI reference
+# reads specs through sigs.k8s.io/yaml, which uses it), not the way YAML 1.1
+# does in PyYAML: no base-60 numbers (the MIG device name `1:0` is not the
+# integer 60), no timestamps (a date-like env value or annotation is text),
+# `y` and `n` are booleans, and numbers follow Go's strconv: `1e3` and `08`
+# are floats, `0o17` is an octal integer.
+BOOL_TAG = "tag:yaml.org,2002:bool"
+GO_NUMBER_TAG = "tag:ateom,2024:go-number"
+_GO_BOOLS = {
+    **dict.fromkeys("y Y yes Yes YES true True TRUE on On ON".split(), True),
+    **dict.fromkeys("n N no No NO false False FALSE off Off OFF".split(), False),
 }
+_GO_SPECIAL_FLOATS = {
+    **dict.fromkeys([".nan", ".NaN", ".NAN"], math.nan),
+    **dict.fromkeys([".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF"], math.inf),
+    **dict.fromkeys(["-.inf", "-.Inf", "-.INF"], -math.inf),
+}
+_GO_BOOL = re.compile("^(?:" + "|".join(_GO_BOOLS) + ")$")
+# What go-yaml might read as a number: it tries plain scalars starting with a
+# sign, a digit or '.'; ':' is left out, so `1:0` is never one.
+_GO_NUMBER_LIKE = re.compile(r"^[-+.0-9][-+._0-9A-Za-z]*$")
+_GO_FLOAT = re.compile(r"[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?")
+_GO_DOT_FLOAT = re.compile(r"\.[0-9]+(?:[eE][-+]?[0-9]+)?")
+# (tag, pattern, first characters) of the implicit types above.
+GO_SCALAR_RESOLVERS = (
+    (BOOL_TAG, _GO_BOOL, "yYnNtTfFoO"),
+    (GO_NUMBER_TAG, _GO_NUMBER_LIKE, "+-.0123456789"),
+)
+_PYYAML_TYPED_TAGS = {BOOL_TAG, *(f"tag:yaml.org,2002:{t}" for t in ("int", "float", "timestamp"))}
+
+
+def _go_int(plain: str) -> int | None:
+    """Go's ParseInt(plain, 0, 64), else ParseUint(plain, 0, 64); None if neither."""
+    signed = plain[:1] in ("+", "-")
+    digits = plain[1:] if signed else plain
+    if not (digits.isascii() and digits.isalnum()):
+        return None
+    try:
+        if len(digits) > 1 and digits[0] == "0" and digits[1] not in "xXbBoO":
+            value = int(digits, 8)  # Go: a leading 0 means octal
+        else:
+            value = int(digits, 0)
+    except ValueError:
+        return None
+    if plain[0] == "-":
+        value = -value
+    if -(2**63) <= value < 2**63 or (not signed and value < 2**64):
+        return value
+    return None
+
+
+def go_yaml_number(text: str) -> int | float | str:
+    """A plain scalar that starts like a number, typed as go-yaml v2 types it:
+    an integer (base from its prefix, '_' ignored), else a float if it has
+    Go's float shape and is in range, else the text itself."""
+    if text in _GO_SPECIAL_FLOATS:
+        return _GO_SPECIAL_FLOATS[text]
+    if text.startswith("."):
+        plain, shape = text, _GO_DOT_FLOAT  # parsed as written, '_' and all
+    else:
+        plain, shape = text.replace("_", ""), _GO_FLOAT
+        whole = _go_int(plain)
+        if whole is not None:
+            return whole
+    if shape.fullmatch(plain):
+        value = float(plain)
+        if not math.isinf(value):  # out of range: Go's ParseFloat fails
+            return value
+    return text
+
+
+def _construct_go_number(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int | float | str:
+    return go_yaml_number(loader.construct_scalar(node))
+
+
+def _construct_go_bool(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> bool:
+    text = loader.construct_scalar(node)
+    if text not in _GO_BOOLS:  # only for an explicit `!!bool` tag
+        raise yaml.constructor.ConstructorError(
+            None, None, f"{text!r} is not a boolean", node.start_mark
+        )
+    return _GO_BOOLS[text]
 
 
 def _spec_resolvers(base: type[yaml.SafeLoader]) -> dict[Any, list[tuple[str, re.Pattern[str]]]]:
-    resolvers: dict[Any, list[tuple[str, re.Pattern[str]]]] = {}
-    for first, entries in base.yaml_implicit_resolvers.items():
-        kept = []
-        for tag, rx in entries:
-            replacement = _RESOLVER_OVERRIDES.get(tag, rx)
-            if replacement is not None:
-                kept.append((tag, replacement))
-        resolvers[first] = kept
+    resolvers: dict[Any, list[tuple[str, re.Pattern[str]]]] = {
+        first: [(tag, rx) for tag, rx in entries if tag not in _PYYAML_TYPED_TAGS]
+        for first, entries in base.yaml_implicit_resolvers.items()
+    }
+    for tag, rx, firsts in GO_SCALAR_RESOLVERS:
+        for first in firsts:
+            resolvers.setdefault(first, []).append((tag, rx))
     return resolvers
 
 
@@ -141,6 +199,8 @@ def make_spec_loader(base: type[yaml.SafeLoader]) -> type[yaml.SafeLoader]:
     """
     loader: type[yaml.SafeLoader] = type("SpecYamlLoader", (base,), {})
     loader.add_constructor("tag:yaml.org,2002:map", _construct_mapping)
+    loader.add_constructor(BOOL_TAG, _construct_go_bool)
+    loader.add_constructor(GO_NUMBER_TAG, _construct_go_number)
     loader.yaml_implicit_resolvers = _spec_resolvers(base)
     return loader
 

@@ -19,6 +19,22 @@ from typing import Any
 
 import yaml
 
+from ateom.cdi.parse import GO_SCALAR_RESOLVERS
+
+
+class _SpecYamlDumper(yaml.SafeDumper):
+    """Quotes every string a spec reader would not read back as a string:
+    YAML 1.1's forms and go-yaml v2's (`y`, `1e3`, `08`)."""
+
+
+for _tag, _pattern, _firsts in GO_SCALAR_RESOLVERS:
+    _SpecYamlDumper.add_implicit_resolver(_tag, _pattern, list(_firsts))
+
+
+def dump_yaml(doc: Any) -> str:
+    """`doc` as YAML text that ateom (and the CDI reference) reads back as `doc`."""
+    return yaml.dump(doc, Dumper=_SpecYamlDumper, sort_keys=False)
+
 
 def spec_document(
     kind: str,
@@ -54,7 +70,7 @@ def write_spec(directory: str | os.PathLike[str], name: str, doc: Mapping[str, A
     if isinstance(doc, str):
         text = doc
     elif name.endswith((".yaml", ".yml")):
-        text = yaml.safe_dump(dict(doc), sort_keys=False)
+        text = dump_yaml(dict(doc))
     else:
         text = json.dumps(doc, indent=2)
     with open(path, "w", encoding="utf-8") as f:

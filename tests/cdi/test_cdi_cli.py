@@ -65,14 +65,14 @@ def test_validate_reports_every_problem_of_a_file(
     bad.write_text(
         "cdiVersion: 0.5.0\nkind: v.com/gpu\ndevices:\n"
         "  - name: a\n    containerEdits: {env: [X]}\n"
-        "  - name: b\n    containerEdits: {env: [Y]}\n"
+        "  - name: b\n    containerEdits: {env: [Z]}\n"
     )
     code, _, err = run(capsys, "cdi", "validate", str(bad))
     assert code == 1
     assert err.splitlines() == [
         f"{bad}: devices[0].containerEdits.env[0]: env entry 'X' must be KEY=VALUE "
         "with a non-empty KEY",
-        f"{bad}: devices[1].containerEdits.env[0]: env entry 'Y' must be KEY=VALUE "
+        f"{bad}: devices[1].containerEdits.env[0]: env entry 'Z' must be KEY=VALUE "
         "with a non-empty KEY",
     ]
 

@@ -12,7 +12,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import yaml
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -20,6 +19,7 @@ from ateom.cdi import schema
 from ateom.cdi.edits import edits_to_json
 from ateom.cdi.parse import decode_document
 from ateom.cdi.spec_file import LoadedSpec, parse_spec_text, spec_problems
+from ateom.cdi.testing import dump_yaml
 from ateom.errors import SpecError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -76,7 +76,7 @@ def test_arbitrary_json_documents(doc: Any) -> None:
 @FUZZ
 @given(DOCUMENTS)
 def test_arbitrary_yaml_documents(doc: Any) -> None:
-    check(yaml.safe_dump(doc), "yaml")
+    check(dump_yaml(doc), "yaml")
 
 
 @FUZZ
@@ -172,14 +172,14 @@ def mutated_specs(draw: st.DrawFn) -> Any:
 @given(mutated_specs())
 def test_mutated_real_specs(doc: Any) -> None:
     check(json.dumps(doc), "json")
-    check(yaml.safe_dump(doc), "yaml")
+    check(dump_yaml(doc), "yaml")
 
 
 @settings(max_examples=60, deadline=None)
 @given(mutated_specs())
 def test_json_and_yaml_agree(doc: Any) -> None:
     """The same document gives the same verdict in either format."""
-    as_json, as_yaml = check(json.dumps(doc), "json"), check(yaml.safe_dump(doc), "yaml")
+    as_json, as_yaml = check(json.dumps(doc), "json"), check(dump_yaml(doc), "yaml")
     assert (as_json is None) == (as_yaml is None)
     if as_json is not None and as_yaml is not None:
         assert as_json.spec.devices == as_yaml.spec.devices
@@ -312,7 +312,7 @@ def test_spec_shaped_documents_reach_the_semantic_pass_safely(doc: Any) -> None:
     """Schema-valid shapes with arbitrary content: only SpecError, and the same
     verdict and model whether written as JSON or YAML."""
     as_json = check(json.dumps(doc), "json")
-    as_yaml = check(yaml.safe_dump(doc), "yaml")
+    as_yaml = check(dump_yaml(doc), "yaml")
     assert (as_json is None) == (as_yaml is None)
     if as_json is not None and as_yaml is not None:
         assert as_json.spec.devices == as_yaml.spec.devices

@@ -63,8 +63,8 @@ def test_duplicate_key_nested_json() -> None:
 
 
 def test_yaml_merge_key_override_is_not_a_duplicate() -> None:
-    doc = decode_document("base: &b {x: 1, y: 2}\nover:\n  <<: *b\n  x: 3\n", "f", "yaml")
-    assert doc["over"] == {"x": 3, "y": 2}
+    doc = decode_document("base: &b {x: 1, z: 2}\nover:\n  <<: *b\n  x: 3\n", "f", "yaml")
+    assert doc["over"] == {"x": 3, "z": 2}
 
 
 def test_yaml_int_keys_become_strings_and_collide() -> None:
@@ -145,9 +145,26 @@ devices:
         ("0:0", "0:0"),
         ("1:0", "1:0"),  # MIG name, not base-60 integer 60
         ("2024-01-02", "2024-01-02"),  # not a timestamp
+        # go-yaml v2's forms, where YAML 1.1 (PyYAML) would read a string:
+        ("y", "true"),
+        ("N", "false"),
+        ("1e3", "1000"),
+        ("1.5e3", "1500"),
+        (".5e1", "5"),
+        ("+.5", "0.5"),
+        ("08", "8"),  # not octal, so Go reads the float 8
+        ("0o17", "15"),
+        ("0X1f", "31"),
+        ("1_000", "1000"),
+        ("18446744073709551615", "18446744073709551615"),  # uint64
+        ("1e999", "1e999"),  # out of float range: text
+        ("0b2", "0b2"),
+        ("1.2.3", "1.2.3"),
     ],
 )
-def test_scalars_where_a_string_belongs_read_like_the_reference(written: str, read: str) -> None:
+def test_scalars_where_a_string_belongs_read_like_the_reference(
+    written: str, read: str, yaml_loader: str
+) -> None:
     spec = parse_spec_text(
         MINIMAL_YAML.format(name=written).replace("0.5.0", "0.6.0"), "s.yaml", "yaml"
     ).spec

@@ -140,32 +140,57 @@ def _read_config(bundle_dir: str) -> tuple[bytes, dict[str, Any]]:
 
 # The parts of an OCI config the merge reads or extends, and the JSON type
 # each must have: a wrong type is the config's fault, reported as such, not a
-# TypeError from deep inside the merge.
+# TypeError from deep inside the merge (nor a hook list made of a string's
+# characters).
 _SHAPE: tuple[tuple[tuple[str, ...], type], ...] = (
     (("process",), dict), (("process", "env"), list), (("process", "user"), dict),
-    (("process", "user", "additionalGids"), list), (("root",), dict), (("mounts",), list),
-    (("hooks",), dict), (("linux",), dict), (("linux", "devices"), list),
+    (("process", "user", "uid"), int), (("process", "user", "gid"), int),
+    (("process", "user", "additionalGids"), list), (("root",), dict), (("root", "path"), str),
+    (("mounts",), list), (("hooks",), dict), (("linux",), dict), (("linux", "devices"), list),
     (("linux", "resources"), dict), (("linux", "resources", "devices"), list),
     (("linux", "netDevices"), dict), (("annotations",), dict),
 )
+# The arrays among them, and the type of each element.
+_ITEMS: tuple[tuple[tuple[str, ...], type], ...] = (
+    (("mounts",), dict), (("process", "env"), str), (("process", "user", "additionalGids"), int),
+    (("linux", "devices"), dict), (("linux", "resources", "devices"), dict),
+)
+_KIND_NAMES = {dict: "an object", list: "an array", str: "a string", int: "an integer"}
+
+
+def _is(value: Any, kind: type) -> bool:
+    # JSON's true is not an integer, whatever Python's bool says.
+    return isinstance(value, kind) and not (kind is int and isinstance(value, bool))
+
+
+def _at(config: dict[str, Any], keys: tuple[str, ...]) -> Any:
+    node: Any = config
+    for key in keys:
+        node = node.get(key) if isinstance(node, dict) else None
+    return node
+
+
+def _wrong(path: str, field: str, value: Any, kind: type) -> InjectionError:
+    return InjectionError(f"{path}: {field}: is {type(value).__name__}, not {_KIND_NAMES[kind]}")
 
 
 def _check_shape(config: dict[str, Any], path: str) -> None:
     for keys, kind in _SHAPE:
-        node: Any = config
-        for key in keys:
-            node = node.get(key) if isinstance(node, dict) else None
-        if node is not None and not isinstance(node, kind):
-            expected = "an object" if kind is dict else "an array"
-            raise InjectionError(f"{path}: {'.'.join(keys)}: is {type(node).__name__}, "
-                                 f"not {expected}")
-    for i, mount in enumerate(config.get("mounts") or []):
-        if not isinstance(mount, dict):
-            raise InjectionError(f"{path}: mounts[{i}]: is {type(mount).__name__}, not an object")
-    for i, entry in enumerate((config.get("process") or {}).get("env") or []):
-        if not isinstance(entry, str):
-            raise InjectionError(f"{path}: process.env[{i}]: is {type(entry).__name__}, "
-                                 "not a string")
+        node = _at(config, keys)
+        if node is not None and not _is(node, kind):
+            raise _wrong(path, ".".join(keys), node, kind)
+    for keys, kind in _ITEMS:
+        for i, item in enumerate(_at(config, keys) or ()):
+            if not _is(item, kind):
+                raise _wrong(path, f"{'.'.join(keys)}[{i}]", item, kind)
+    for name, hooks in (config.get("hooks") or {}).items():
+        if hooks is None:
+            continue
+        if not isinstance(hooks, list):
+            raise _wrong(path, f"hooks.{name}", hooks, list)
+        for i, hook in enumerate(hooks):
+            if not isinstance(hook, dict):
+                raise _wrong(path, f"hooks.{name}[{i}]", hook, dict)
 
 
 def _rootfs_path(bundle_dir: str, config: Mapping[str, Any]) -> str:

@@ -216,6 +216,35 @@ def test_errors_leave_the_bundle_untouched(bundle: Path, fake_driver: list[FakeL
         assert (bundle / "config.json").read_bytes() == config_before
 
 
+@pytest.mark.parametrize("part,field", [
+    ({"process": {"user": {"uid": "1000"}}}, r"process\.user\.uid: is str, not an integer"),
+    ({"process": {"user": {"uid": 0, "gid": [1]}}}, r"process\.user\.gid: is list"),
+    ({"process": {"user": {"uid": True}}}, r"process\.user\.uid: is bool"),
+    ({"process": {"user": {"additionalGids": ["44"]}}},
+     r"process\.user\.additionalGids\[0\]: is str"),
+    ({"linux": {"devices": [{"path": "/dev/x"}, 5]}}, r"linux\.devices\[1\]: is int"),
+    ({"linux": {"resources": {"devices": ["rwm"]}}}, r"linux\.resources\.devices\[0\]: is str"),
+    ({"hooks": {"createContainer": {"path": "/bin/x"}}},
+     r"hooks\.createContainer: is dict, not an array"),
+    ({"hooks": {"prestart": ["/bin/x"]}}, r"hooks\.prestart\[0\]: is str"),
+    ({"root": {"path": ["rootfs"]}}, r"root\.path: is list, not a string"),
+])
+def test_config_of_the_wrong_shape_is_an_error_naming_the_field(
+        bundle: Path, fake_driver: list[FakeLibrary], part: dict[str, Any], field: str) -> None:
+    # The merge reads these (uid/gid for device owners, existing devices and
+    # hooks to replace or extend): a wrong type is the config's fault, said
+    # so, not a ValueError from deep inside, nor a hook list built from a
+    # string's characters.
+    config = read_config(bundle)
+    for key, value in part.items():
+        config[key] = {**config.get(key, {}), **value}
+    (bundle / "config.json").write_text(json.dumps(config))
+    before = bundle_state(bundle)
+    with pytest.raises(InjectionError, match=f"config.json: {field}"):
+        inject_devices(bundle, gpu_resolution(fake_driver), OPTS)
+    assert bundle_state(bundle) == before
+
+
 def test_soname_too_long_for_a_file_name_is_skipped_and_logged(
         bundle: Path, fake_driver: list[FakeLibrary], tmp_path: Path) -> None:
     from ateom.testing import compile_shared_library

@@ -97,9 +97,14 @@ def read_spec_bytes(path: str) -> bytes:
         # hang `validate` or the daemon waiting for a writer.
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         with open(fd, "rb") as f:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
                 raise SpecError(path, "not a regular file")
-            data = f.read(MAX_SPEC_BYTES + 1)
+            # Sized by stat, not by the limit: a buffer of MAX_SPEC_BYTES per
+            # read would cost more than the read.
+            data = f.read(min(info.st_size, MAX_SPEC_BYTES) + 1)
+            if len(data) > info.st_size:  # it grew since, or /proc-style size 0
+                data += f.read(MAX_SPEC_BYTES + 1 - len(data))
     except OSError as exc:
         raise SpecError(path, f"cannot read: {exc.strerror or exc}") from None
     if len(data) > MAX_SPEC_BYTES:

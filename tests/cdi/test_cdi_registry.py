@@ -315,6 +315,21 @@ def test_a_spec_over_the_size_limit_is_refused_unread(
     assert set(Registry.load([str(tmp_path)], cache=None).spec_errors) == {over}
 
 
+def test_a_file_that_stats_as_empty_is_read_whole_and_bounded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from ateom.cdi import spec_file
+
+    proc = "/proc/self/cmdline"  # a regular file whose st_size is 0
+    with open(proc, "rb") as f:
+        whole = f.read()
+    assert os.stat(proc).st_size == 0 and len(whole) > 1
+    assert spec_file.read_spec_bytes(proc) == whole
+    monkeypatch.setattr(spec_file, "MAX_SPEC_BYTES", len(whole) - 1)
+    with pytest.raises(SpecError, match="file is larger than"):
+        spec_file.read_spec_bytes(proc)
+
+
 def test_no_spec_for_a_kind_names_specs_too_broken_to_tell_their_kind(tmp_path: Path) -> None:
     write(tmp_path, "gpu.json", spec("v.com/gpu", "0"))
     garbage = write(tmp_path, "nic.yaml", "kind: v.com/nic\ndevices: [\n")

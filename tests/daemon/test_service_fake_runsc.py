@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,7 +30,7 @@ from ateom.daemon.requests import (
     TerminateRequest,
 )
 from ateom.daemon.service import AteomService
-from ateom.errors import AteomError, ErrorCode
+from ateom.errors import AteomError, ErrorCode, InjectionError
 from ateom.testing import build_busybox_bundle, build_fake_driver_libs, write_sim_gpu_spec
 from tests.daemon.fake_runsc import FakeRunsc
 
@@ -178,6 +181,81 @@ def test_failure_rolls_back_in_reverse_and_quotes_runsc_log(make_world) -> None:
         assert (bundle / name / "config.json").read_bytes() == data
     assert w.service.actors.get("f1") is None
     assert not w.state_dir("f1").exists()
+
+
+class _GatedInjector:
+    """The real injector, whose apply waits for a gate (set by the fake runsc's
+    record of the sandbox root's create) and can fail on demand."""
+
+    def __init__(self, real: Any, gate: Callable[[], bool], *, fail: bool = False) -> None:
+        self.real, self.gate, self.fail = real, gate, fail
+        self.applied_while_root_booted = False
+
+    def plan(self, bundle_dir: str, resolution: Any) -> Any:
+        return self.real.plan(bundle_dir, resolution)
+
+    def apply(self, plan: Any, config: bytes) -> None:
+        deadline = time.monotonic() + 30
+        while not self.gate() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        self.applied_while_root_booted = self.gate()
+        if self.fail:
+            raise InjectionError(f"{plan.bundle_dir}/config.json: disk full (test)")
+        self.real.apply(plan, config)
+
+
+def _gated(w: Any, uid: str, *, fail: bool = False) -> _GatedInjector:
+    injector = _GatedInjector(w.service.injector,
+                              lambda: f"create {uid}_pause" in w.fake.commands(), fail=fail)
+    w.service = AteomService(w.config, reaper=Reaper(), injector=injector)
+    return injector
+
+
+def test_app_bundles_are_injected_while_the_sandbox_root_boots(make_world) -> None:  # type: ignore[no-untyped-def]
+    w = make_world(fake_kw={"global_flags": ["nvproxy"]})
+    injector = _gated(w, "o1")
+    req = w.run("o1", "app", devices=DeviceChoice())
+    w.service.run_workload(req)
+    # The app's injection could only finish once the root's create had run:
+    # they overlapped, and the app was still created after its bundle was written.
+    assert injector.applied_while_root_booted
+    assert w.fake.commands() == ["create o1_pause", "start o1_pause", "create app", "start app"]
+    config = json.loads((Path(req.dirs.oci_bundle_dir) / "app" / "config.json").read_text())
+    assert config["annotations"]["io.kubernetes.cri.sandbox-id"] == "o1_pause"
+    assert "LD_LIBRARY_PATH" in " ".join(config["process"]["env"])
+
+
+def test_failed_root_boot_waits_for_the_app_writes_then_restores_them(make_world) -> None:  # type: ignore[no-untyped-def]
+    w = make_world(fake_kw={"global_flags": ["nvproxy"]})
+    _gated(w, "o2")
+    w.fake.fail("create o2_pause")
+    req = w.run("o2", "app", "side", devices=DeviceChoice())
+    bundle = Path(req.dirs.oci_bundle_dir)
+    originals = {n: (bundle / n / "config.json").read_bytes() for n in ("_pause", "app", "side")}
+    with pytest.raises(AteomError, match="runsc create o2_pause failed"):
+        w.service.run_workload(req)
+    # The app bundles were written after the root failed; the rollback waited
+    # for them, so every bundle has the node agent's config again.
+    for name, data in originals.items():
+        assert (bundle / name / "config.json").read_bytes() == data, name
+    assert "create app" not in w.fake.commands()
+    assert w.service.actors.get("o2") is None and not w.state_dir("o2").exists()
+
+
+def test_failed_app_injection_tears_down_the_booted_root(make_world) -> None:  # type: ignore[no-untyped-def]
+    w = make_world(fake_kw={"global_flags": ["nvproxy"]})
+    _gated(w, "o3", fail=True)
+    req = w.run("o3", "app", devices=DeviceChoice())
+    bundle = Path(req.dirs.oci_bundle_dir)
+    originals = {n: (bundle / n / "config.json").read_bytes() for n in ("_pause", "app")}
+    with pytest.raises(InjectionError, match="disk full"):
+        w.service.run_workload(req)
+    commands = w.fake.commands()
+    assert commands[:2] == ["create o3_pause", "start o3_pause"]
+    assert "create app" not in commands and "delete o3_pause" in commands
+    for name, data in originals.items():
+        assert (bundle / name / "config.json").read_bytes() == data, name
+    assert w.service.actors.get("o3") is None and not w.state_dir("o3").exists()
 
 
 def test_terminate_term_then_kill_apps_deleted_before_pause(make_world) -> None:  # type: ignore[no-untyped-def]

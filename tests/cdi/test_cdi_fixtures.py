@@ -57,6 +57,9 @@ def test_nvidia_fixture_is_shaped_like_nvidia_ctk_output() -> None:
     all_nodes = {n.path for n in spec.device("all").container_edits.device_nodes}  # type: ignore[union-attr]
     for i in range(8):
         assert f"/dev/nvidia{i}" in all_nodes
+    # `all` repeats every node of every GPU and MIG device, as nvidia-ctk writes it.
+    for device in spec.devices:
+        assert {n.path for n in device.container_edits.device_nodes} <= all_nodes, device.name
     edits = spec.container_edits
     assert {"/dev/nvidiactl", "/dev/nvidia-uvm"} <= {n.path for n in edits.device_nodes}
     libraries = [m for m in edits.mounts if ".so" in m.host_path]

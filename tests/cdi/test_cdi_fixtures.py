@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from ateom.cdi.registry import Registry
-from ateom.cdi.spec_file import load_spec
+from ateom.cdi.spec_file import load_spec, spec_problems
 from ateom.errors import SpecError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -38,7 +38,9 @@ def test_invalid_fixture_gives_its_expected_error(path: Path) -> None:
     with pytest.raises(SpecError) as info:
         load_spec(path)
     assert str(info.value).startswith(f"{path}: ")
-    assert expected in str(info.value)
+    problems = spec_problems(info.value)
+    assert len(problems) == 1, problems  # one broken rule per fixture
+    assert expected in str(problems[0])
 
 
 def test_every_invalid_fixture_has_an_expectation() -> None:

@@ -209,6 +209,35 @@ def make_spec_loader(base: type[yaml.SafeLoader]) -> type[yaml.SafeLoader]:
 _SpecYamlLoader = make_spec_loader(_YAML_BASE)
 
 
+class _PythonComposer(_YAML_BASE):  # type: ignore[valid-type,misc]
+    """libyaml's parser with PyYAML's Python composer.
+
+    libyaml's composer recurses in C once per nesting level and overflows the
+    C stack past ~20,000 levels (`- - - ...` is 2 bytes a level), which kills
+    the process instead of raising. The Python composer raises RecursionError,
+    which `decode_document` reports; it is ~30% slower on a real spec.
+    """
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        yaml.composer.Composer.__init__(self)
+
+    get_single_node = yaml.composer.Composer.get_single_node
+    compose_document = yaml.composer.Composer.compose_document
+    compose_node = yaml.composer.Composer.compose_node
+    compose_scalar_node = yaml.composer.Composer.compose_scalar_node
+    compose_sequence_node = yaml.composer.Composer.compose_sequence_node
+    compose_mapping_node = yaml.composer.Composer.compose_mapping_node
+
+
+_DeepYamlLoader = make_spec_loader(_PythonComposer)
+# Each nesting level needs a collection indicator ('[', '{', or '-', '?',
+# ':' before whitespace), so text with at most this many of those characters
+# cannot nest deeper: 8,000 levels is ~2.8 MiB of C stack, well inside a
+# Linux thread's 8 MiB. An 8-GPU nvidia-ctk spec has ~2,100 of them.
+MAX_C_COMPOSED_INDICATORS = 8000
+
+
 def _json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     obj = dict(pairs)
     if len(obj) != len(pairs):
@@ -271,7 +300,9 @@ def _decode_json(text: str, path: str) -> Any:
 
 def _decode_yaml(text: str, path: str) -> Any:
     try:
-        return yaml.load(text, Loader=_SpecYamlLoader)  # noqa: S506 - a safe loader subclass
+        deep = sum(map(text.count, "-:?[{")) > MAX_C_COMPOSED_INDICATORS
+        loader = _DeepYamlLoader if deep else _SpecYamlLoader
+        return yaml.load(text, Loader=loader)  # noqa: S506 - safe loader subclasses
     except yaml.MarkedYAMLError as exc:
         raise SpecError(path, f"invalid YAML: {_yaml_problem(exc)}") from None
     except yaml.reader.ReaderError as exc:

@@ -239,9 +239,14 @@ def schema_problems(doc: Any, path: str) -> list[SpecError]:
     Empty when the document's shape is valid. Sorted by JSON path so the
     same document always gives the same report.
     """
-    if _VALIDATOR.is_valid(doc):
-        return []
     problems: list[SpecError] = []
-    for error in _VALIDATOR.iter_errors(doc):
-        problems.extend(_problems(error, path))
+    try:
+        if _VALIDATOR.is_valid(doc):
+            return []
+        for error in _VALIDATOR.iter_errors(doc):
+            problems.extend(_problems(error, path))
+    except RecursionError:
+        # jsonschema words a type error with repr() of the value, which a
+        # value nested ~1,000 deep (still decodable) exhausts.
+        return [SpecError(path, "document is nested too deeply")]
     return sorted(problems, key=_sort_key)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -317,3 +319,32 @@ def test_a_spec_path_that_is_a_directory(tmp_path: Path) -> None:
     with pytest.raises(SpecError) as info:
         load_spec(tmp_path / "dir.json")
     assert str(info.value) == f"{tmp_path / 'dir.json'}: cannot read: Is a directory"
+
+
+@pytest.mark.parametrize(
+    "text", ["- " * 30_000 + "x", "[" * 100_000 + "]" * 100_000], ids=["block", "flow"]
+)
+def test_deeply_nested_yaml_is_a_spec_error_not_a_crash(text: str) -> None:
+    """libyaml's composer would overflow the C stack here and kill the process
+    (the daemon's, for a spec in /etc/cdi); a child process keeps a regression
+    a test failure rather than a crashed test run."""
+    code = (
+        "import sys\n"
+        "from ateom.cdi.spec_file import parse_spec_text\n"
+        "from ateom.errors import SpecError\n"
+        "try:\n"
+        "    parse_spec_text(sys.stdin.read(), 'deep.yaml', 'yaml')\n"
+        "except SpecError as exc:\n"
+        "    print(exc)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], input=text, capture_output=True, text=True, timeout=120
+    )
+    assert (done.returncode, done.stdout) == (0, "deep.yaml: document is nested too deeply\n"), (
+        done.stderr[-2000:]
+    )
+
+
+def test_a_decodable_but_deep_value_is_a_spec_error() -> None:
+    # Decodes fine; jsonschema's wording of the type error would recurse in repr().
+    assert str(spec_error("[" * 2000 + "]" * 2000)) == "spec.yaml: document is nested too deeply"

@@ -93,13 +93,14 @@ def read_spec_bytes(path: str) -> bytes:
     file, or is larger than MAX_SPEC_BYTES.
     """
     try:
-        # O_NONBLOCK: a FIFO that happens to carry a spec's name must not
-        # hang `validate` or the daemon waiting for a writer.
+        # Checked before opening: opening a device node can have effects of
+        # its own, and a FIFO would wait for a writer.
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise SpecError(path, "not a regular file")
+        # O_NONBLOCK: should it become a FIFO since, still no waiting.
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         with open(fd, "rb") as f:
             info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode):
-                raise SpecError(path, "not a regular file")
             # Sized by stat, not by the limit: a buffer of MAX_SPEC_BYTES per
             # read would cost more than the read.
             data = f.read(min(info.st_size, MAX_SPEC_BYTES) + 1)

@@ -318,7 +318,7 @@ def test_a_spec_path_that_is_a_directory(tmp_path: Path) -> None:
     (tmp_path / "dir.json").mkdir()
     with pytest.raises(SpecError) as info:
         load_spec(tmp_path / "dir.json")
-    assert str(info.value) == f"{tmp_path / 'dir.json'}: cannot read: Is a directory"
+    assert str(info.value) == f"{tmp_path / 'dir.json'}: not a regular file"
 
 
 @pytest.mark.parametrize(

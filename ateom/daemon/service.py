@@ -5,8 +5,9 @@ effect), probe runsc, reserve the actor, plan the sandbox (read bundles,
 choose and resolve devices, plan the injection: still no side effect),
 then apply and boot (the sandbox root boots while the app containers'
 bundles are written and their devices injected). Any failure after the
-first side effect rolls back in reverse: containers killed and deleted, leftover sandbox processes killed,
-bundles' config.json restored, state dir removed.
+first side effect rolls back in reverse: containers killed and deleted,
+leftover sandbox processes killed, bundles' config.json restored, state
+dir removed.
 
 The gRPC servicer (`ateom.daemon.server`) only translates to and from this
 object; tests drive it directly.
@@ -707,10 +708,11 @@ class AteomService:
 
         Stats device nodes, reads ELF, runs runsc and maybe nvidia-ctk (through
         the daemon's reaper: it waits on every child, so a plain subprocess here
-        would race it). Runs on the calling RPC thread, one report at a time:
-        a report takes a few runsc calls, and operators asking at once need
-        not multiply them.
-        `devices` replaces the default devices (nvidia.com/gpu=all) when given.
+        would race it). Runs on the calling RPC thread, one report at a time;
+        a second request meanwhile gets RESOURCE_EXHAUSTED rather than a wait,
+        so operators asking at once cannot tie up the threads the lifecycle
+        calls need. `devices` replaces the default devices
+        (nvidia.com/gpu=all) when given.
         """
         from ateom.doctor import doctor_config_for_daemon, run_doctor
         from ateom.doctor.gather import reaper_runner
@@ -723,9 +725,14 @@ class AteomService:
             # there too rather than generating another.
             config = dataclasses.replace(config, spec_dirs=tuple(dict.fromkeys(
                 (*config.spec_dirs, os.path.dirname(self.spec_generator.generated)))))
-        with self._doctor_lock:
+        if not self._doctor_lock.acquire(blocking=False):
+            raise AteomError("a doctor report is being made already; ask again when it is done",
+                             code=ErrorCode.RESOURCE_EXHAUSTED)
+        try:
             return run_doctor(config, dict(self.config.env or os.environ),
                               run=reaper_runner(self.reaper))
+        finally:
+            self._doctor_lock.release()
 
     def drain(self, grace: float) -> None:
         """Stop admitting; for up to `grace`, let calls finish and the node agent

@@ -42,15 +42,19 @@ def daemon_config(worker: GpuWorker, base: Path) -> DaemonConfig:
 
 
 @pytest.fixture
-def inspect(gpu_worker: GpuWorker, tmp_path: Path) -> Iterator[pb_grpc.InspectStub]:
+def server(gpu_worker: GpuWorker, tmp_path: Path) -> Iterator[RunningServer]:
     config = daemon_config(gpu_worker, tmp_path / "daemon")
-    server: RunningServer = start_server(config, AteomService(config, reaper=Reaper()))
-    channel = grpc.insecure_channel(f"unix:{config.socket}")
+    running = start_server(config, AteomService(config, reaper=Reaper()))
     try:
-        yield pb_grpc.InspectStub(channel)
+        yield running
     finally:
-        channel.close()
-        server.stop(grace=0)
+        running.stop(grace=0)
+
+
+@pytest.fixture
+def inspect(server: RunningServer) -> Iterator[pb_grpc.InspectStub]:
+    with grpc.insecure_channel(f"unix:{server.socket}") as channel:
+        yield pb_grpc.InspectStub(channel)
 
 
 def as_dicts(resp: pb.DoctorResponse) -> list[dict[str, object]]:
@@ -101,3 +105,17 @@ def test_requested_devices_replace_the_default(
     [resolve] = [c for c in unknown.checks if c.name == "cdi-resolve"]
     assert resolve.status == pb.DOCTOR_STATUS_FAIL
     assert "nvidia.com/gpu=9" in resolve.summary + " ".join(resolve.details)
+
+
+def test_a_second_report_meanwhile_is_refused_not_queued(
+        server: RunningServer, inspect: pb_grpc.InspectStub) -> None:
+    lock = server.service._doctor_lock
+    assert lock.acquire(blocking=False)  # a report in progress
+    try:
+        with pytest.raises(grpc.RpcError) as err:
+            inspect.Doctor(pb.DoctorRequest(), timeout=30)
+        assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "doctor report" in (err.value.details() or "")
+    finally:
+        lock.release()
+    assert inspect.Doctor(pb.DoctorRequest(), timeout=120).ok

@@ -49,7 +49,7 @@ def doctor_config_for_daemon(config: DaemonConfig) -> DoctorConfig:
         gpu_glob=config.gpu_glob,
         driver_root=config.driver_root,
         toolkit_dir=config.toolkit_dir,
-        spec_dirs=config.spec_dirs or DoctorConfig().spec_dirs,
+        spec_dirs=config.spec_dirs,
         runsc=config.runsc,
         nvproxy_driver_version=config.nvproxy_driver_version,
         nvproxy_capabilities=config.nvproxy_capabilities,

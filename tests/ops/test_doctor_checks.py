@@ -280,3 +280,25 @@ def test_config_from_env_uses_the_daemons_variables() -> None:
     old_names = config_from_env({"ATEOM_DRIVER_ROOT": "/d2", "ATEOM_SPEC_DIRS": "/s"})
     assert (old_names.driver_root, old_names.spec_dirs) == (defaults.driver_root,
                                                             defaults.spec_dirs)
+
+
+def test_doctor_config_for_daemon_is_what_serve_resolved() -> None:
+    import argparse
+
+    from ateom.daemon import config as daemon_config
+    from ateom.doctor import doctor_config_for_daemon
+
+    parser = argparse.ArgumentParser()
+    daemon_config.add_flags(parser)
+    env = {"ATEOM_ACTORS_ROOT": "/r", "ATEOM_NVIDIA_DRIVER_ROOT": "/env-drv",
+           "ATEOM_NVIDIA_TOOLKIT_DIR": "/env-tk", "ATEOM_CDI_SPEC_DIRS": "/env-a:/env-b"}
+    served = daemon_config.from_args(parser.parse_args(
+        ["--driver-root", "/flag-drv", "--gpu-glob", "/g/nvidia[0-9]*", "--runsc", "/bin/rs",
+         "--nvproxy-driver-version", "550.54.15"]), env)
+    cfg = doctor_config_for_daemon(served)
+    # Flags beat env in the daemon, so they do in its doctor too.
+    assert (cfg.driver_root, cfg.toolkit_dir, cfg.spec_dirs) == (
+        "/flag-drv", "/env-tk", ("/env-a", "/env-b"))
+    assert (cfg.gpu_glob, cfg.runsc, cfg.nvproxy_driver_version) == (
+        "/g/nvidia[0-9]*", "/bin/rs", "550.54.15")
+    assert cfg.devices == ("nvidia.com/gpu=all",)

@@ -72,7 +72,12 @@ def parse_version(declared: str) -> tuple[int, int, int] | None:
 
 
 def annotation_key_problem(key: str) -> str | None:
-    """Why `key` is not a Kubernetes qualified name (``[prefix/]name``), or None."""
+    """Why `key` is not a Kubernetes annotation key, or None.
+
+    A qualified name (``[prefix/]name``) whose case does not matter, as
+    Kubernetes (and the CDI reference's unused check) lower-case the key
+    first: ``Vendor.com/x`` is fine.
+    """
     prefix, slash, name = key.rpartition("/")
     if slash:
         if "/" in prefix:
@@ -81,9 +86,9 @@ def annotation_key_problem(key: str) -> str | None:
             return "prefix before '/' is empty"
         if len(prefix) > 253:
             return f"prefix is {len(prefix)} characters; at most 253 allowed"
-        if not _DNS1123_SUBDOMAIN.fullmatch(prefix):
+        if not _DNS1123_SUBDOMAIN.fullmatch(prefix.lower()):
             return (
-                f"prefix {prefix!r} is not a DNS subdomain (lower-case letters, digits, "
+                f"prefix {prefix!r} is not a DNS subdomain (letters, digits, "
                 "'-' and '.', starting and ending alphanumeric)"
             )
     if not name:

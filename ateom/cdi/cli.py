@@ -18,7 +18,7 @@ from typing import Any, TextIO
 
 from ateom.cdi.edits import resolution_to_json
 from ateom.cdi.registry import Registry, default_spec_dirs
-from ateom.cdi.spec_file import SPEC_EXTENSIONS, load_spec, spec_problems
+from ateom.cdi.spec_file import format_for_path, load_spec, spec_problems
 from ateom.errors import ResolutionError, SpecError
 
 
@@ -81,7 +81,7 @@ def spec_files_under(path: str) -> list[str]:
         found.extend(
             os.path.join(root, f)
             for f in sorted(files)
-            if os.path.splitext(f)[1].lower() in SPEC_EXTENSIONS
+            if format_for_path(f) is not None
         )
     return found
 

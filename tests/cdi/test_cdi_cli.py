@@ -47,6 +47,7 @@ def test_validate_invalid_directory_prints_one_line_per_problem(
         expected = Path(str(spec) + ".expected").read_text().strip()
         assert any(line.startswith(f"{spec}: ") and expected in line for line in lines), spec
     assert all(line.startswith(str(INVALID)) for line in lines)
+    assert len(lines) == len(specs)  # each breaks one rule: one line each, no extras
 
 
 def test_validate_whole_tree_fails_on_invalid_and_passes_valid(

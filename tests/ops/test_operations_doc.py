@@ -1,4 +1,8 @@
-"""docs/operations.md stays true to the code: every setting, check and metric is in it."""
+"""The operator docs stay true to the code: every setting, check and metric is in them.
+
+The README holds the GPU path, the configuration reference and the troubleshooting
+table; docs/operations.md the image, the manifests, the doctor checks and the metrics.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +16,7 @@ from ateom.doctor import CHECK_NAMES
 from ateom.metrics import Metrics
 
 REPO = Path(__file__).resolve().parents[2]
-DOC = (REPO / "docs" / "operations.md").read_text()
+DOC = (REPO / "README.md").read_text() + "\n" + (REPO / "docs" / "operations.md").read_text()
 
 
 def table_rows(heading: str) -> list[str]:

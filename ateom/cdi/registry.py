@@ -342,12 +342,6 @@ class Registry:
             qualified = parse_qualified_name(name)
         except QualifiedNameError as exc:
             return str(exc)
-        if name in self.conflicts:
-            files = " and ".join(self.conflicts[name])
-            return (
-                f"defined by more than one spec in the same directory ({files}); "
-                "remove or rename one of them"
-            )
         kind = qualified.kind
         broken = self._broken_by_kind.get(kind, ())
         broken_note = "; ".join(
@@ -355,6 +349,13 @@ class Registry:
             + (_one_line(s.error) if s.error else "unknown error")
             for s in broken
         )
+        if name in self.conflicts:
+            # A broken spec of the kind may be the one meant to settle it.
+            files = " and ".join(self.conflicts[name])
+            return (
+                f"defined by more than one spec in the same directory ({files}); "
+                "remove or rename one of them"
+            ) + ("; also " + broken_note if broken_note else "")
         loaded = self._specs_by_kind.get(kind, ())
         if not loaded:
             if broken_note:

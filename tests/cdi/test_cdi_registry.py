@@ -97,6 +97,21 @@ def test_same_directory_duplicate_is_a_conflict_naming_both_files(tmp_path: Path
     registry.resolve(["v.com/gpu=0", "v.com/gpu=2"])
 
 
+def test_a_conflict_also_names_a_broken_spec_of_its_kind(tmp_path: Path) -> None:
+    a = write(tmp_path / "etc", "a.json", spec("v.com/gpu", "1"))
+    b = write(tmp_path / "etc", "b.json", spec("v.com/gpu", "1"))
+    fix = spec("v.com/gpu", "1")
+    fix["devices"][0]["containerEdits"]["majr"] = 1
+    broken = write(tmp_path / "run", "fix.json", fix)
+    registry = Registry.load([str(tmp_path / "etc"), str(tmp_path / "run")])
+    why = failure(registry, "v.com/gpu=1")["v.com/gpu=1"]
+    assert why == (
+        f"defined by more than one spec in the same directory ({a} and {b}); "
+        f"remove or rename one of them; also spec {broken} (kind v.com/gpu) failed to load: "
+        "devices[0].containerEdits.majr: unknown field"
+    )
+
+
 def test_higher_directory_settles_a_lower_conflict(tmp_path: Path) -> None:
     write(tmp_path / "etc", "a.json", spec("v.com/gpu", "1"))
     write(tmp_path / "etc", "b.json", spec("v.com/gpu", "1"))

@@ -7,7 +7,8 @@
     Registry.load([str(tmp_path / "cdi")]).resolve(["vendor.com/gpu=0"])
 
 Documents are plain dicts in CDI's JSON shape, so a test can break them on
-purpose (misspell a field, drop a device) before writing them.
+purpose (misspell a field, drop a device) before writing them. `dump_yaml`
+writes one as YAML that reads back unchanged (`y`, `1e3` quoted).
 """
 
 from __future__ import annotations

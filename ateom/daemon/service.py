@@ -497,9 +497,13 @@ class AteomService:
         actor.epoch_unix_nano = time.time_ns()
         actor.phase = Phase.RUNNING
 
-    def _check_runsc(self, requested: str) -> RunscInfo:
+    def _allowed_runsc(self, requested: str) -> str:
         path = validation.check_runsc_path(requested, self.config.runsc, self.config.runsc_dir)
-        return self.probe(path)
+        validation.check_runsc_path_on_disk(path, self.config.runsc, self.config.runsc_dir)
+        return path
+
+    def _check_runsc(self, requested: str) -> RunscInfo:
+        return self.probe(self._allowed_runsc(requested))
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -563,8 +567,7 @@ class AteomService:
         with self._call(Op.CHECKPOINT, uid, admits=False):
             with phase("validate"):
                 validation.check_checkpoint(req, self.config.actors_root)
-                validation.check_runsc_path(req.runsc_path, self.config.runsc,
-                                            self.config.runsc_dir)
+                self._allowed_runsc(req.runsc_path)
                 validation.check_dirs_on_disk(req.dirs, self.config.actors_root)
             with self.actors.operate(uid, Op.CHECKPOINT) as actor:
                 sandbox: Sandbox = actor.sandbox
@@ -609,8 +612,7 @@ class AteomService:
         with self._call(Op.TERMINATE, uid, admits=False):
             with phase("validate"):
                 validation.check_terminate(req, self.config.actors_root)
-                validation.check_runsc_path(req.runsc_path, self.config.runsc,
-                                            self.config.runsc_dir)
+                self._allowed_runsc(req.runsc_path)
             if self.actors.get(uid) is None:
                 self._clean_leftovers(uid)  # idempotent: a gone actor is terminated
                 return

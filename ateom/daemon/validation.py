@@ -113,13 +113,20 @@ def check_dirs(dirs: ActorDirs, actors_root: str, required: Iterable[str]) -> No
 
 
 def check_dirs_on_disk(dirs: ActorDirs, actors_root: str) -> None:
-    """Stat: no given path may leave `actors_root` through a symlink."""
+    """Stat: no given path may leave `actors_root` through a symlink, or land on it.
+
+    The root itself is refused as in `check_dirs`: a restore_dir that
+    resolves to it would be removed whole after a restore.
+    """
     root = os.path.realpath(actors_root)
     for name, path in dirs.items():
-        if path and not _under(os.path.realpath(path), root):
+        if not path:
+            continue
+        resolved = os.path.realpath(path)
+        if not _under(resolved, root) or resolved == root:
             raise invalid(
-                f"actor_dirs.{name} {path!r}: resolves to {os.path.realpath(path)!r},"
-                f" outside --actors-root {root}"
+                f"actor_dirs.{name} {path!r}: resolves to {resolved!r},"
+                f" which is not under --actors-root {root}"
             )
 
 
@@ -144,6 +151,21 @@ def check_runsc_path(requested: str, configured: str, runsc_dir: str) -> str:
         f"runsc_path {requested!r}: not allowed; ateom only runs {allowed}",
         code=ErrorCode.PERMISSION_DENIED,
     )
+
+
+def check_runsc_path_on_disk(path: str, configured: str, runsc_dir: str) -> None:
+    """Stat: a binary allowed by `check_runsc_path` under --runsc-dir stays there once
+    symlinks are resolved (a symlinked sub-directory or file must not lead a request
+    to an arbitrary binary)."""
+    if path == configured:
+        return
+    resolved = os.path.realpath(path)
+    if not _under(resolved, os.path.realpath(runsc_dir)):
+        raise AteomError(
+            f"runsc_path {path!r}: resolves to {resolved!r}, outside --runsc-dir {runsc_dir};"
+            f" ateom only runs {configured!r} or a binary under {runsc_dir}",
+            code=ErrorCode.PERMISSION_DENIED,
+        )
 
 
 def _check_common_unsupported(

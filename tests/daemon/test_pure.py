@@ -102,7 +102,8 @@ def test_wakeup_probe_is_unimplemented() -> None:
 
 @pytest.mark.parametrize("field", [f for f, _ in ActorDirs().items()])
 @pytest.mark.parametrize("path", ["relative/x", f"{ROOT}/a/../../etc", f"{ROOT}//a", "/etc",
-                                  ROOT, f"{ROOT}-other/a", f"{ROOT}/a/."])
+                                  ROOT, f"{ROOT}-other/a", f"{ROOT}/a/.", f"{ROOT}/a/",
+                                  f"{ROOT}/", f"{ROOT}/a/..", "//srv/actors/a", " /srv/a"])
 def test_every_actor_dir_must_be_absolute_normalized_under_root(field: str, path: str) -> None:
     dirs = ActorDirs(**{field: path})
     with pytest.raises(AteomError, match=f"actor_dirs.{field}") as err:
@@ -130,10 +131,26 @@ def test_symlink_escaping_root_is_refused(tmp_path) -> None:  # type: ignore[no-
     assert code(validation.check_dirs_on_disk, dirs, str(root)) is ErrorCode.INVALID_ARGUMENT
 
 
+def test_dir_resolving_to_the_root_itself_is_refused(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # The string check refuses the root itself; a path reaching it through a
+    # symlinked parent must be refused too: a restore_dir that is the actors
+    # root would be removed whole after a restore.
+    root = tmp_path / "actors"
+    root.mkdir()
+    (root / "a").symlink_to(tmp_path)
+    dirs = ActorDirs(restore_dir=str(root / "a" / "actors"))
+    validation.check_dirs(dirs, str(root), ())  # the string is fine...
+    with pytest.raises(AteomError, match="actor_dirs.restore_dir") as err:
+        validation.check_dirs_on_disk(dirs, str(root))
+    assert err.value.code is ErrorCode.INVALID_ARGUMENT
+
+
 @pytest.mark.parametrize("requested, allowed", [
     ("", True), ("/usr/bin/runsc", True), ("/opt/runsc/v2/runsc", True),
     ("/bin/sh", False), ("runsc", False), ("/opt/runsc/../../bin/sh", False),
-    ("/opt/runsc", False), ("/opt/runsc-evil/runsc", False),
+    ("/opt/runsc", False), ("/opt/runsc-evil/runsc", False), ("/usr/bin/../bin/runsc", False),
+    ("/opt/runsc/", False), ("/opt/runsc/./runsc", False), ("opt/runsc/runsc", False),
+    ("/opt/runsc//runsc", False),
 ])
 def test_runsc_path(requested: str, allowed: bool) -> None:
     if allowed:
@@ -141,6 +158,25 @@ def test_runsc_path(requested: str, allowed: bool) -> None:
     else:
         assert code(validation.check_runsc_path, requested, "/usr/bin/runsc",
                     "/opt/runsc") is ErrorCode.PERMISSION_DENIED
+
+
+def test_runsc_path_symlinks_must_stay_under_runsc_dir(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    runsc_dir = tmp_path / "runsc"
+    (runsc_dir / "v1").mkdir(parents=True)
+    (runsc_dir / "v1" / "runsc").write_text("")
+    (runsc_dir / "latest").symlink_to(runsc_dir / "v1" / "runsc")
+    (runsc_dir / "bin").symlink_to("/bin")
+    (runsc_dir / "sh").symlink_to("/bin/sh")
+    configured = "/usr/bin/runsc"
+    for inside in ("v1/runsc", "latest"):
+        path = validation.check_runsc_path(str(runsc_dir / inside), configured, str(runsc_dir))
+        validation.check_runsc_path_on_disk(path, configured, str(runsc_dir))
+    for escaping in ("bin/sh", "sh"):
+        path = validation.check_runsc_path(str(runsc_dir / escaping), configured,
+                                           str(runsc_dir))  # the string is fine...
+        assert code(validation.check_runsc_path_on_disk, path, configured,
+                    str(runsc_dir)) is ErrorCode.PERMISSION_DENIED
+    validation.check_runsc_path_on_disk(configured, configured, "")
 
 
 @pytest.mark.parametrize("request_, field", [

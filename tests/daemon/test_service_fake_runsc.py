@@ -397,6 +397,20 @@ def test_runsc_path_must_be_configured_or_under_runsc_dir(make_world, tmp_path: 
     with pytest.raises(AteomError) as err:
         w.service.run_workload(RunRequest(actor=req.actor, dirs=req.dirs, runsc_path="/bin/sh"))
     assert err.value.code is ErrorCode.PERMISSION_DENIED
+    # A link under --runsc-dir to a binary elsewhere names that binary.
+    (tmp_path / "bin" / "sh").symlink_to("/bin/sh")
+    escaping = str(tmp_path / "bin" / "sh")
+    for call in (
+        lambda: w.service.run_workload(RunRequest(actor=req.actor, dirs=req.dirs,
+                                                  runsc_path=escaping)),
+        lambda: w.service.checkpoint_workload(CheckpointRequest(
+            actor=req.actor, dirs=req.dirs, runsc_path=escaping)),
+        lambda: w.service.terminate_workload(TerminateRequest(actor=req.actor,
+                                                              runsc_path=escaping)),
+    ):
+        with pytest.raises(AteomError) as err:
+            call()
+        assert err.value.code is ErrorCode.PERMISSION_DENIED and "/bin/sh" in str(err.value)
     assert w.fake.commands() == []
     w.service.run_workload(RunRequest(actor=req.actor, dirs=req.dirs,
                                       runsc_path=str(w.fake.path)))

@@ -102,6 +102,113 @@ def test_contract_field_numbers() -> None:
     assert pb.DESCRIPTOR.package == "ateom"
 
 
+def _shape(message: type) -> list[tuple[str, int, str]]:
+    """(name, number, type) of each field, the type spelled as in the issue."""
+    from google.protobuf.descriptor import FieldDescriptor as F
+
+    scalar = {F.TYPE_STRING: "string", F.TYPE_INT64: "int64", F.TYPE_INT32: "int32",
+              F.TYPE_BOOL: "bool"}
+    shape = []
+    for f in message.DESCRIPTOR.fields:  # type: ignore[attr-defined]
+        if f.message_type is not None and f.message_type.GetOptions().map_entry:
+            kind = "map<{},{}>".format(*(scalar[v.type] for v in f.message_type.fields))
+        elif f.message_type is not None:
+            kind = f.message_type.name
+        elif f.enum_type is not None:
+            kind = f.enum_type.name
+        else:
+            kind = scalar[f.type]
+        if f.is_repeated and not kind.startswith("map"):
+            kind = "repeated " + kind
+        if f.containing_oneof is not None:  # proto3 `optional`: a synthetic oneof
+            kind = "optional " + kind
+        shape.append((f.name, f.number, kind))
+    return shape
+
+
+_COMMON = [("atespace", 1, "string"), ("actor_name", 2, "string"), ("actor_uid", 3, "string"),
+           ("actor_template_atespace", 4, "string"), ("actor_template_name", 5, "string"),
+           ("runsc_path", 6, "string"), ("spec", 7, "WorkloadSpec")]
+_MOUNT = [("volume_name", 1, "string"), ("mount_path", 2, "string")]
+# The issue's wire API, field by field: names, numbers and types are the contract.
+_CONTRACT: dict[str, list[tuple[str, int, str]]] = {
+    "RunWorkloadRequest": [*_COMMON, ("runtime_asset_paths", 8, "map<string,string>"),
+                           ("egress_gateway", 10, "optional EgressGateway"),
+                           ("cpu_milli", 11, "int64"), ("memory_bytes", 12, "int64"),
+                           ("actor_dirs", 13, "ActorDirs")],
+    "RunWorkloadResponse": [],
+    "CheckpointWorkloadRequest": [*_COMMON, ("snapshot_uri", 8, "string"),
+                                  ("runtime_asset_paths", 9, "map<string,string>"),
+                                  ("scope", 10, "SnapshotScope"), ("actor_dirs", 11, "ActorDirs")],
+    "CheckpointWorkloadResponse": [("snapshot_files", 1, "repeated string"),
+                                   ("data_snapshot_files", 2, "repeated string")],
+    "RestoreWorkloadRequest": [*_COMMON, ("snapshot_uri", 8, "string"),
+                               ("runtime_asset_paths", 9, "map<string,string>"),
+                               ("scope", 10, "SnapshotScope"),
+                               ("egress_gateway", 12, "optional EgressGateway"),
+                               ("cpu_milli", 14, "int64"), ("memory_bytes", 15, "int64"),
+                               ("actor_dirs", 16, "ActorDirs"),
+                               ("preserve_restore_dir", 17, "bool")],
+    "RestoreWorkloadResponse": [],
+    "TerminateWorkloadRequest": [*_COMMON, ("actor_dirs", 8, "ActorDirs")],
+    "TerminateWorkloadResponse": [],
+    "GetWorkloadStatsRequest": [("actor_uid", 1, "string")],
+    "GetActiveWorkloadStatsRequest": [],
+    "GetActiveWorkloadStatsResponse": [("samples", 1, "repeated WorkloadStatsSample")],
+    "EgressGateway": [("address", 1, "string")],
+    "ActorDirs": [(name, i, "string") for i, name in enumerate(
+        ["root_dir", "oci_bundle_dir", "checkpoint_dir", "restore_dir",
+         "durable_dir_volume_mounts_dir", "system_info_volume_roots_dir", "volumes_dir"], 1)],
+    "WorkloadSpec": [("containers", 1, "repeated Container")],
+    "Container": [("name", 1, "string"), ("wakeup_probe", 2, "WakeupProbe"),
+                  ("durable_dir_volume_mounts", 3, "repeated DurableDirVolumeMount"),
+                  ("csi_volume_mounts", 4, "repeated VolumeMount"),
+                  ("system_info_volume_mounts", 5, "repeated SystemInfoVolumeMount"),
+                  ("image_volume_mounts", 6, "repeated ImageVolumeMount"),
+                  ("devices", 20, "DeviceRequest")],  # ours: >= 20
+    "DurableDirVolumeMount": _MOUNT, "VolumeMount": _MOUNT, "SystemInfoVolumeMount": _MOUNT,
+    "ImageVolumeMount": _MOUNT,
+    "WakeupProbe": [("http_get", 1, "HTTPGetAction"), ("timeout_seconds", 2, "int32")],
+    "HTTPGetAction": [("path", 1, "string"), ("port", 2, "int32")],
+    "WorkloadStatsSample": [
+        *_COMMON[:5], ("sandbox_class", 6, "SandboxClass"), ("source", 7, "StatsSource"),
+        *[(name, i, "int64") for i, name in enumerate(
+            ["memory_current_bytes", "memory_peak_bytes", "memory_working_set_bytes",
+             "cpu_usage_usec", "observed_at_unix_nano", "epoch_unix_nano"], 8)]],
+}
+
+
+@pytest.mark.parametrize("name", sorted(_CONTRACT))
+def test_contract_messages_field_by_field(name: str) -> None:
+    assert _shape(getattr(pb, name)) == _CONTRACT[name]
+
+
+def test_contract_enums_and_methods() -> None:
+    def values(enum: str) -> list[tuple[str, int]]:
+        return [(v.name, v.number) for v in pb.DESCRIPTOR.enum_types_by_name[enum].values]
+
+    for enum, prefix, names in [
+        ("SnapshotScope", "SNAPSHOT_SCOPE_", ["UNSPECIFIED", "FULL", "DATA"]),
+        ("SandboxClass", "SANDBOX_CLASS_", ["UNSPECIFIED", "GVISOR", "MICROVM"]),
+        ("StatsSource", "STATS_SOURCE_", ["UNSPECIFIED", "CGROUP", "GUEST_AGENT"]),
+    ]:
+        assert values(enum) == [(prefix + n, i) for i, n in enumerate(names)]
+    service = pb.DESCRIPTOR.services_by_name["Ateom"]
+    assert service.full_name == "ateom.Ateom"
+    assert [(m.name, m.input_type.name, m.output_type.name) for m in service.methods] == [
+        ("RunWorkload", "RunWorkloadRequest", "RunWorkloadResponse"),
+        ("CheckpointWorkload", "CheckpointWorkloadRequest", "CheckpointWorkloadResponse"),
+        ("RestoreWorkload", "RestoreWorkloadRequest", "RestoreWorkloadResponse"),
+        ("TerminateWorkload", "TerminateWorkloadRequest", "TerminateWorkloadResponse"),
+        ("GetWorkloadStats", "GetWorkloadStatsRequest", "WorkloadStatsSample"),
+        ("GetActiveWorkloadStats", "GetActiveWorkloadStatsRequest",
+         "GetActiveWorkloadStatsResponse"),
+    ]
+    assert all(not (m.client_streaming or m.server_streaming) for m in service.methods)
+    # Our additions live in a second service of the same package.
+    assert pb.DESCRIPTOR.services_by_name["Inspect"].full_name == "ateom.Inspect"
+
+
 def test_generated_code_is_reproducible(tmp_path: Path) -> None:
     pytest.importorskip("grpc_tools")
     import subprocess

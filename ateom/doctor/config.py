@@ -32,6 +32,9 @@ class DoctorConfig:
         GPU actor gets by default: every GPU of the Pod).
     proc_driver_version: the kernel module's version file, read for the host
         driver version (falls back to libcuda's file name under lib64).
+    generate_timeout / probe_timeout: seconds allowed for nvidia-ctk cdi
+        generate / for each runsc command; after one runsc command times out
+        the rest are not run.
     """
 
     gpu_glob: str = DEFAULT_GPU_GLOB
@@ -45,6 +48,9 @@ class DoctorConfig:
     control_nodes: tuple[str, ...] = ()
     proc_driver_version: str = "/proc/driver/nvidia/version"
     generate_timeout: float = 60.0
+    # Each runsc probe command (--version, flags, help, list-supported-drivers)
+    # answers in well under a second; a wedged binary must not wedge the doctor.
+    probe_timeout: float = 10.0
 
     @property
     def dev_dir(self) -> str:

@@ -14,6 +14,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import stat
 import subprocess
 import tempfile
@@ -50,26 +51,51 @@ class CommandRunner(Protocol):
     ) -> tuple[int, str]: ...
 
 
+# What a runner answers for a command it gave up on (as timeout(1) does) and
+# for one it could not start (as a shell does).
+TIMED_OUT = 124
+NOT_RUN = 127
+
+
 def subprocess_runner(
     argv: Sequence[str], *, env: Mapping[str, str] | None = None, timeout: float = 60.0
 ) -> tuple[int, str]:
-    """Run `argv` with subprocess; an exec failure or timeout is exit 127/124 with the reason."""
+    """Run `argv` with subprocess; an exec failure or timeout is exit 127/124 with the reason.
+
+    The command runs in its own process group, killed whole on timeout: a
+    wrapper script's children (runsc shims, nvidia-ctk wrappers) would
+    otherwise outlive it.
+    """
     try:
-        done = subprocess.run(
+        proc = subprocess.Popen(
             list(argv),
             env=dict(env) if env is not None else None,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
-            timeout=timeout,
-            check=False,
+            start_new_session=True,
         )
-    except subprocess.TimeoutExpired:
-        return 124, f"{argv[0]}: timed out after {timeout:g}s"
     except OSError as exc:
-        return 127, f"{argv[0]}: {exc.strerror or exc}"
-    return done.returncode, done.stdout
+        return NOT_RUN, f"{argv[0]}: {exc.strerror or exc}"
+    with proc:
+        try:
+            out, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            return TIMED_OUT, f"{argv[0]}: timed out after {timeout:g}s"
+        except BaseException:  # Ctrl-C: the child's session did not get the SIGINT
+            _kill_group(proc)
+            raise
+    return proc.returncode, out
+
+
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
 
 
 def reaper_runner(reaper: Any) -> CommandRunner:
@@ -79,9 +105,33 @@ def reaper_runner(reaper: Any) -> CommandRunner:
         argv: Sequence[str], *, env: Mapping[str, str] | None = None, timeout: float = 60.0
     ) -> tuple[int, str]:
         done = reaper.run_capture(argv, env=env, timeout=timeout)
+        if getattr(done, "timed_out", False):
+            return TIMED_OUT, f"{argv[0]}: timed out after {timeout:g}s"
         return int(done.returncode), str(done.output)
 
     return run
+
+
+def give_up_after_a_timeout(run: CommandRunner, limit: float) -> CommandRunner:
+    """`run` with at most `limit` seconds per command, and no command at all once
+    one timed out.
+
+    runsc is probed with several commands; a binary that hangs on the first
+    hangs on all, so one timeout is the whole cost.
+    """
+    timed_out: list[str] = []
+
+    def bounded(
+        argv: Sequence[str], *, env: Mapping[str, str] | None = None, timeout: float = limit
+    ) -> tuple[int, str]:
+        if timed_out:
+            return TIMED_OUT, f"{argv[0]}: not run: {timed_out[0]}"
+        code, out = run(argv, env=env, timeout=min(timeout, limit))
+        if code == TIMED_OUT:
+            timed_out.append(out.strip())
+        return code, out
+
+    return bounded
 
 
 _DIGITS = re.compile(r"(\d+)")
@@ -176,8 +226,10 @@ def generate_spec(
     output = os.path.join(out_dir, "nvidia.json")
     argv = nvidia_ctk_argv(tool, config.driver_root, output)
     code, out = run(argv, env={**environ, "PATH": path_env}, timeout=config.generate_timeout)
-    if code != 0 or not os.path.exists(output):
+    if code != 0:
         return tool, f"{' '.join(argv)} exited {code}: {out[-1000:].strip()}"
+    if not os.path.exists(output):
+        return tool, f"{' '.join(argv)} exited 0 but wrote no {output}"
     return tool, ""
 
 
@@ -261,7 +313,7 @@ def gather_libraries(resolution: Resolution) -> tuple[LibraryFact, ...]:
 
 def _supported_drivers(runsc_path: str, run: CommandRunner) -> tuple[str, ...] | None:
     """`runsc nvproxy list-supported-drivers`, or None when this runsc has no such command."""
-    code, out = run([runsc_path, "nvproxy", "list-supported-drivers"], timeout=30)
+    code, out = run([runsc_path, "nvproxy", "list-supported-drivers"])
     if code != 0:
         return None
     versions = [w for w in out.split() if _DRIVER_VERSION.match(w)]
@@ -273,6 +325,7 @@ def gather_runsc(config: DoctorConfig, run: CommandRunner = subprocess_runner) -
     from ateom.daemon.runsc_probe import probe_runsc
 
     path = config.runsc
+    run = give_up_after_a_timeout(run, config.probe_timeout)
     try:
         info = probe_runsc(path, lambda argv: run(argv))
     except AteomError as exc:

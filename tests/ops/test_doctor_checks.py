@@ -140,6 +140,16 @@ def test_no_spec_fails_and_skips_what_depends_on_it() -> None:
     assert not report.ok
 
 
+def test_only_invalid_specs_fail_cdi_spec_naming_them_and_the_kind() -> None:
+    error = "/etc/cdi/nvidia.json: kind: missing"
+    f = replace(healthy(), config=DoctorConfig(devices=("example.com/fpga=0",)),
+                spec=SpecFact(errors=(error,)), spec_nodes=(), libraries=(), injection=None)
+    r = judge(f).result("cdi-spec")
+    assert r.status is Status.FAIL
+    assert "example.com/fpga" in r.summary and "1 invalid spec file(s)" in r.summary
+    assert r.details == (error,) and "ateom cdi validate" in r.fix
+
+
 def test_generated_spec_is_named_and_other_broken_specs_warn() -> None:
     f = healthy()
     gen = replace(f.spec, generated_by="/opt/nvidia-toolkit/nvidia-ctk.real")

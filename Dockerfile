@@ -25,6 +25,11 @@ ARG RUNSC_DEBIAN_VERSION=0.0~20221219.0-2+b3
 
 # ---------------------------------------------------------------- build: a venv with ateom
 FROM ${BASE_IMAGE} AS build
+# apt packages follow the base's suite, unpinned: Debian keeps only the newest
+# version of a package in its archive, so an exact pin breaks the build at the next
+# point or security release (busybox-static went 1:1.35.0-4+b3 -> +deb12u1+b1).
+# runsc alone is pinned: its version decides which runsc features `ateom doctor` reports.
+# hadolint ignore=DL3008
 RUN apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
         python3 python3-venv \
@@ -49,14 +54,19 @@ RUN apt-get update \
 FROM ${BASE_IMAGE} AS runsc-binary
 ARG RUNSC_BINARY
 ARG RUNSC_SHA512=""
+# ADD, not COPY: RUNSC_BINARY may be a release URL, which only ADD fetches.
+# hadolint ignore=DL3020
 ADD --chmod=0755 ${RUNSC_BINARY} /out/runsc
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # A downloaded binary is checked when a checksum is given; a context path is trusted as built.
 RUN if [ -n "${RUNSC_SHA512}" ]; then \
         echo "${RUNSC_SHA512}  /out/runsc" | sha512sum -c -; \
     fi \
     && /out/runsc --version
 
-# BuildKit builds only the stage this line names.
+# BuildKit builds only the stage this line names. (A stage of this file, not an image:
+# nothing to tag.)
+# hadolint ignore=DL3006
 FROM runsc-${RUNSC_FROM} AS runsc
 
 # ---------------------------------------------------------------- the worker image
@@ -65,7 +75,9 @@ LABEL org.opencontainers.image.title="ateom" \
       org.opencontainers.image.description="In-worker sandbox launcher: gVisor actors with CDI GPUs" \
       org.opencontainers.image.licenses="Apache-2.0"
 # python3: ateom itself. busybox-static: nothing at runtime, but operators' `kubectl exec`
-# gets a shell and ls in an otherwise bare image. No compilers, no pip.
+# gets a shell and ls in an otherwise bare image. No compilers, no pip. Unpinned: see
+# the build stage.
+# hadolint ignore=DL3008
 RUN apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
         python3 busybox-static \
@@ -93,6 +105,7 @@ ENV PATH=/opt/ateom/bin:$PATH \
 #  - runsc chowns each container's stdio log files to the sandbox user.
 # Everything else (`ateom doctor`, `ateom cdi ...`, `ateom inject --dry-run`) runs as any
 # user: the files in the image are root-owned and read-only to others.
+# hadolint ignore=DL3002
 USER 0:0
 # ateom serve is PID 1: it reaps sandbox processes itself and drains on SIGTERM.
 STOPSIGNAL SIGTERM

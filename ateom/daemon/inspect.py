@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import grpc
 
 from ateom._proto import ateom_pb2 as pb
 from ateom._proto import ateom_pb2_grpc as pb_grpc
-from ateom.daemon import devices, validation
-from ateom.daemon.requests import ActorDirs
 from ateom.daemon.rpc import rpc
 from ateom.daemon.service import AteomService, DaemonStatus
 
@@ -101,21 +98,8 @@ class InspectServicer(pb_grpc.InspectServicer):
     @rpc("Inspect.PlanInjection")
     def PlanInjection(self, request: Any, context: grpc.ServicerContext
                       ) -> pb.PlanInjectionResponse:
-        from ateom.cdi.registry import Registry
-
-        config = self.service.config
-        bundle = request.bundle_dir
-        # Only a bundle under --actors-root may be read on an operator's behalf.
-        validation.check_dirs(ActorDirs(oci_bundle_dir=bundle), config.actors_root,
-                              ("oci_bundle_dir",))
-        validation.check_dirs_on_disk(ActorDirs(oci_bundle_dir=bundle), config.actors_root)
-        registry = Registry.load(list(config.spec_dirs))
-        names = list(request.devices) or list(devices.pod_default_devices(
-            d.qualified_name for d in registry.devices()))
-        for name in names:
-            devices.check_gvisor_devices(os.path.basename(bundle), [name])
-        plan = self.service.injector.plan(bundle, registry.resolve(names))
-        return pb.PlanInjectionResponse(devices=names, diff=plan.diff())
+        names, diff = self.service.plan_injection(request.bundle_dir, list(request.devices))
+        return pb.PlanInjectionResponse(devices=names, diff=diff)
 
     @rpc("Inspect.Doctor")
     def Doctor(self, request: Any, context: grpc.ServicerContext) -> pb.DoctorResponse:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import stat
 import threading
 import time
@@ -91,8 +92,24 @@ def prepare_socket(path: str) -> None:
     if not stat.S_ISSOCK(st.st_mode):
         raise AteomError(f"--socket {path}: exists and is not a socket; refusing to replace it",
                          code=ErrorCode.FAILED_PRECONDITION)
+    if _accepts_connections(path):
+        # Unlinking it would leave that daemon unreachable for good.
+        raise AteomError(f"--socket {path}: another process is serving on it; refusing to"
+                         " replace it", code=ErrorCode.FAILED_PRECONDITION)
     os.unlink(path)
     log.info("stale_socket_removed", path=path)
+
+
+def _accepts_connections(path: str) -> bool:
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(1.0)
+    try:
+        probe.connect(path)
+    except OSError:  # ECONNREFUSED: nobody listens, the socket is stale
+        return False
+    finally:
+        probe.close()
+    return True
 
 
 @dataclass
@@ -139,7 +156,18 @@ def start_server(config: DaemonConfig, service: AteomService) -> RunningServer:
     finally:
         os.umask(old_umask)
     os.chmod(config.socket, 0o660)
-    tcp_port = server.add_insecure_port(config.listen) if config.listen else None
+    tcp_port = None
+    if config.listen:
+        try:
+            tcp_port = server.add_insecure_port(config.listen) or None
+        except RuntimeError:  # grpc raises on a failed bind (older versions return 0)
+            pass
+        if tcp_port is None:
+            server.stop(0).wait()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(config.socket)
+            raise AteomError(f"--listen {config.listen}: cannot bind (in use, or not a"
+                             " HOST:PORT this machine has)", code=ErrorCode.FAILED_PRECONDITION)
     server.start()
     running = RunningServer(server, health_servicer, service, config.socket, tcp_port)
     service.state = "serving"

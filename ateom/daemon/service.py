@@ -497,13 +497,9 @@ class AteomService:
         actor.epoch_unix_nano = time.time_ns()
         actor.phase = Phase.RUNNING
 
-    def _allowed_runsc(self, requested: str) -> str:
-        path = validation.check_runsc_path(requested, self.config.runsc, self.config.runsc_dir)
-        validation.check_runsc_path_on_disk(path, self.config.runsc, self.config.runsc_dir)
-        return path
-
     def _check_runsc(self, requested: str) -> RunscInfo:
-        return self.probe(self._allowed_runsc(requested))
+        path = validation.check_runsc_path(requested, self.config.runsc, self.config.runsc_dir)
+        return self.probe(path)
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -567,7 +563,8 @@ class AteomService:
         with self._call(Op.CHECKPOINT, uid, admits=False):
             with phase("validate"):
                 validation.check_checkpoint(req, self.config.actors_root)
-                self._allowed_runsc(req.runsc_path)
+                validation.check_runsc_path(req.runsc_path, self.config.runsc,
+                                            self.config.runsc_dir)
                 validation.check_dirs_on_disk(req.dirs, self.config.actors_root)
             with self.actors.operate(uid, Op.CHECKPOINT) as actor:
                 sandbox: Sandbox = actor.sandbox
@@ -612,7 +609,8 @@ class AteomService:
         with self._call(Op.TERMINATE, uid, admits=False):
             with phase("validate"):
                 validation.check_terminate(req, self.config.actors_root)
-                self._allowed_runsc(req.runsc_path)
+                validation.check_runsc_path(req.runsc_path, self.config.runsc,
+                                            self.config.runsc_dir)
             if self.actors.get(uid) is None:
                 self._clean_leftovers(uid)  # idempotent: a gone actor is terminated
                 return
@@ -633,6 +631,31 @@ class AteomService:
         info = self.probe(self.config.runsc)
         runsc = self._runsc(uid, info)
         self._teardown(runsc, sorted(runsc.list() or []), 0)
+
+    # -- operators ---------------------------------------------------------
+
+    def plan_injection(self, bundle_dir: str, names: Sequence[str]) -> tuple[
+            tuple[str, ...], str]:
+        """The devices and config.json diff an injection into `bundle_dir` would make.
+
+        Reads only. The bundle must be under --actors-root (an operator's
+        request must not read arbitrary files) and the devices pass the
+        checks a Run's would; no `names` means the Pod's default GPUs.
+        """
+        if not bundle_dir:
+            raise validation.invalid("bundle_dir: required")
+        validation.check_path("bundle_dir", bundle_dir, self.config.actors_root)
+        for i, name in enumerate(names):
+            validation.check_device_name(f"devices[{i}]", name)
+        validation.check_path_on_disk("bundle_dir", bundle_dir, self.config.actors_root)
+        registry = self._registry(generate_gpu_spec=False)
+        chosen = tuple(names) or devices.pod_default_devices(
+            d.qualified_name for d in registry.devices())
+        container = os.path.basename(bundle_dir)
+        devices.check_gvisor_devices(container, chosen)
+        resolution = registry.resolve(list(chosen))
+        devices.check_resolution_for_gvisor(container, resolution)
+        return chosen, self.injector.plan(bundle_dir, resolution).diff()
 
     # -- stats -------------------------------------------------------------
 

@@ -53,6 +53,13 @@ def check_actor(actor: ActorRef) -> None:
         )
 
 
+def check_device_name(field: str, name: str) -> None:
+    try:
+        parse_qualified_name(name)
+    except QualifiedNameError as exc:
+        raise invalid(f"{field}: {exc}") from None
+
+
 def check_containers(containers: Sequence[ContainerRequest]) -> None:
     seen: set[str] = set()
     for i, c in enumerate(containers):
@@ -70,10 +77,7 @@ def check_containers(containers: Sequence[ContainerRequest]) -> None:
             if not choice.names:
                 raise invalid(f"{where}.devices: explicit policy needs at least one name")
             for j, name in enumerate(choice.names):
-                try:
-                    parse_qualified_name(name)
-                except QualifiedNameError as exc:
-                    raise invalid(f"{where}.devices.names[{j}]: {exc}") from None
+                check_device_name(f"{where}.devices.names[{j}]", name)
         elif choice.names:
             raise invalid(
                 f"{where}.devices.names: given with policy {choice.policy.value};"
@@ -95,39 +99,47 @@ def _under(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
+def check_path(field: str, path: str, actors_root: str) -> None:
+    """`path` (the request's `field`) is absolute, normalized and strictly under `actors_root`."""
+    root = os.path.normpath(actors_root)
+    if not os.path.isabs(path):
+        raise invalid(f"{field} {path!r}: must be an absolute path")
+    if os.path.normpath(path) != path or "//" in path:
+        raise invalid(f"{field} {path!r}: must be normalized (no '.', '..', '//')")
+    if not _under(path, root) or path == root:
+        raise invalid(f"{field} {path!r}: must be under --actors-root {root}")
+
+
+def check_path_on_disk(field: str, path: str, actors_root: str) -> None:
+    """Stat: `path` may neither leave `actors_root` through a symlink nor land on it.
+
+    The root itself is refused as in `check_path`: a restore_dir that
+    resolves to it would be removed whole after a restore.
+    """
+    root = os.path.realpath(actors_root)
+    resolved = os.path.realpath(path)
+    if not _under(resolved, root) or resolved == root:
+        raise invalid(
+            f"{field} {path!r}: resolves to {resolved!r}, which is not under"
+            f" --actors-root {root}"
+        )
+
+
 def check_dirs(dirs: ActorDirs, actors_root: str, required: Iterable[str]) -> None:
     """Every given path is absolute, normalized and under `actors_root`; `required` are set."""
-    root = os.path.normpath(actors_root)
     for name in required:
         if not getattr(dirs, name):
             raise invalid(f"actor_dirs.{name}: required")
     for name, path in dirs.items():
-        if not path:
-            continue
-        if not os.path.isabs(path):
-            raise invalid(f"actor_dirs.{name} {path!r}: must be an absolute path")
-        if os.path.normpath(path) != path or "//" in path:
-            raise invalid(f"actor_dirs.{name} {path!r}: must be normalized (no '.', '..', '//')")
-        if not _under(path, root) or path == root:
-            raise invalid(f"actor_dirs.{name} {path!r}: must be under --actors-root {root}")
+        if path:
+            check_path(f"actor_dirs.{name}", path, actors_root)
 
 
 def check_dirs_on_disk(dirs: ActorDirs, actors_root: str) -> None:
-    """Stat: no given path may leave `actors_root` through a symlink, or land on it.
-
-    The root itself is refused as in `check_dirs`: a restore_dir that
-    resolves to it would be removed whole after a restore.
-    """
-    root = os.path.realpath(actors_root)
+    """Stat: no given path may leave `actors_root` through a symlink, or land on it."""
     for name, path in dirs.items():
-        if not path:
-            continue
-        resolved = os.path.realpath(path)
-        if not _under(resolved, root) or resolved == root:
-            raise invalid(
-                f"actor_dirs.{name} {path!r}: resolves to {resolved!r},"
-                f" which is not under --actors-root {root}"
-            )
+        if path:
+            check_path_on_disk(f"actor_dirs.{name}", path, actors_root)
 
 
 def check_runsc_path(requested: str, configured: str, runsc_dir: str) -> str:
@@ -151,21 +163,6 @@ def check_runsc_path(requested: str, configured: str, runsc_dir: str) -> str:
         f"runsc_path {requested!r}: not allowed; ateom only runs {allowed}",
         code=ErrorCode.PERMISSION_DENIED,
     )
-
-
-def check_runsc_path_on_disk(path: str, configured: str, runsc_dir: str) -> None:
-    """Stat: a binary allowed by `check_runsc_path` under --runsc-dir stays there once
-    symlinks are resolved (a symlinked sub-directory or file must not lead a request
-    to an arbitrary binary)."""
-    if path == configured:
-        return
-    resolved = os.path.realpath(path)
-    if not _under(resolved, os.path.realpath(runsc_dir)):
-        raise AteomError(
-            f"runsc_path {path!r}: resolves to {resolved!r}, outside --runsc-dir {runsc_dir};"
-            f" ateom only runs {configured!r} or a binary under {runsc_dir}",
-            code=ErrorCode.PERMISSION_DENIED,
-        )
 
 
 def _check_common_unsupported(

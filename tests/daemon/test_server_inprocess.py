@@ -99,6 +99,40 @@ def test_refuses_to_replace_a_non_socket(tmp_path: Path) -> None:
     assert victim.read_text() == "keep"
 
 
+def test_refuses_a_socket_another_daemon_is_serving(tmp_path: Path) -> None:
+    path = tmp_path / "live.sock"
+    live = socket.socket(socket.AF_UNIX)
+    live.bind(str(path))
+    live.listen(1)
+    try:
+        with pytest.raises(AteomError, match="serving") as err:
+            prepare_socket(str(path))
+        assert err.value.code is ErrorCode.FAILED_PRECONDITION
+        probe = socket.socket(socket.AF_UNIX)
+        probe.connect(str(path))  # still the other daemon's
+        probe.close()
+    finally:
+        live.close()
+
+
+def test_busy_listen_address_is_an_error_naming_the_flag_and_leaves_no_socket(
+        tmp_path: Path) -> None:
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen(1)
+    sock = tmp_path / "s" / "ateom.sock"
+    config = DaemonConfig(actors_root=str(tmp_path / "actors"), runsc="/bin/false",
+                          run_dir=str(tmp_path / "run"), socket=str(sock),
+                          listen=f"127.0.0.1:{busy.getsockname()[1]}")
+    try:
+        with pytest.raises(AteomError, match="--listen") as err:
+            start_server(config, AteomService(config, reaper=Reaper()))
+        assert err.value.code is ErrorCode.FAILED_PRECONDITION
+        assert not sock.exists()
+    finally:
+        busy.close()
+
+
 def _fake_ctk(driver_root: Path, script: str) -> None:
     (driver_root / "bin").mkdir(parents=True, exist_ok=True)
     tool = driver_root / "bin" / "nvidia-ctk"

@@ -397,9 +397,11 @@ def test_runsc_path_must_be_configured_or_under_runsc_dir(make_world, tmp_path: 
     with pytest.raises(AteomError) as err:
         w.service.run_workload(RunRequest(actor=req.actor, dirs=req.dirs, runsc_path="/bin/sh"))
     assert err.value.code is ErrorCode.PERMISSION_DENIED
-    # A link under --runsc-dir to a binary elsewhere names that binary.
-    (tmp_path / "bin" / "sh").symlink_to("/bin/sh")
-    escaping = str(tmp_path / "bin" / "sh")
+    # The path is judged as given: a link elsewhere leading into --runsc-dir
+    # is still a path outside it. (What the operator put in --runsc-dir,
+    # links included, is the operator's choice.)
+    (tmp_path / "elsewhere").symlink_to(w.fake.path)
+    escaping = str(tmp_path / "elsewhere")
     for call in (
         lambda: w.service.run_workload(RunRequest(actor=req.actor, dirs=req.dirs,
                                                   runsc_path=escaping)),
@@ -410,7 +412,7 @@ def test_runsc_path_must_be_configured_or_under_runsc_dir(make_world, tmp_path: 
     ):
         with pytest.raises(AteomError) as err:
             call()
-        assert err.value.code is ErrorCode.PERMISSION_DENIED and "/bin/sh" in str(err.value)
+        assert err.value.code is ErrorCode.PERMISSION_DENIED and escaping in str(err.value)
     assert w.fake.commands() == []
     w.service.run_workload(RunRequest(actor=req.actor, dirs=req.dirs,
                                       runsc_path=str(w.fake.path)))
@@ -481,3 +483,28 @@ def test_calls_for_one_actor_are_serialized(make_world) -> None:  # type: ignore
     assert commands.index("start app") < commands.index("list")
     assert commands[-2:] == ["delete app", "delete s2_pause"]
     assert w.service.actors.get("s2") is None
+
+
+def test_plan_injection_reads_only_and_names_its_fields(make_world) -> None:  # type: ignore[no-untyped-def]
+    w = make_world()
+    bundle = w.bundles("pl", "app") / "app"
+    before = (bundle / "config.json").read_bytes()
+    names, diff = w.service.plan_injection(str(bundle), ["nvidia.com/gpu=1"])
+    assert names == ("nvidia.com/gpu=1",) and "/dev/nvidia1" in diff
+    default, _ = w.service.plan_injection(str(bundle), [])
+    assert default == ("nvidia.com/gpu=0", "nvidia.com/gpu=1")
+    assert (bundle / "config.json").read_bytes() == before
+    assert not list(bundle.rglob("*.ateom-tmp")) and not (bundle / "rootfs/usr/local").exists()
+    (w.actors_root / "up").symlink_to(w.tmp)
+    for path, names_, expected, field in [
+        ("/etc", [], ErrorCode.INVALID_ARGUMENT, "bundle_dir"),
+        ("", [], ErrorCode.INVALID_ARGUMENT, "bundle_dir"),
+        (str(w.actors_root), [], ErrorCode.INVALID_ARGUMENT, "bundle_dir"),
+        (str(w.actors_root / "up" / "actors"), [], ErrorCode.INVALID_ARGUMENT, "bundle_dir"),
+        (str(bundle), ["gpu0"], ErrorCode.INVALID_ARGUMENT, r"devices\[0\]"),
+        (str(bundle), ["nvidia.com/gpu=0:1"], ErrorCode.FAILED_PRECONDITION, "MIG"),
+        (str(bundle), ["amd.com/gpu=0"], ErrorCode.FAILED_PRECONDITION, "amd.com"),
+    ]:
+        with pytest.raises(AteomError, match=field) as err:
+            w.service.plan_injection(path, names_)
+        assert err.value.code is expected, (path, names_)

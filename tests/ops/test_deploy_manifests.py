@@ -92,6 +92,26 @@ def test_health_probes_check_grpc_health_on_the_socket(ateom: dict[str, Any]) ->
         assert command[command.index("--socket") + 1] == socket
 
 
+def health_timeout(command: list[str]) -> float:
+    """The RPC deadline `ateom health` runs with: --timeout, else the CLI's default."""
+    import argparse
+
+    from ateom.doctor import cli
+
+    parser = argparse.ArgumentParser()
+    cli.register(parser.add_subparsers())
+    return float(parser.parse_args(command[1:]).timeout)
+
+
+def test_probes_give_ateom_health_longer_than_its_own_deadline(ateom: dict[str, Any]) -> None:
+    # Kubelet's default timeoutSeconds is 1; `ateom health` starts an interpreter and
+    # then waits up to its --timeout. A shorter probe timeout turns a slow start
+    # into a killed probe without the health answer (and restarts on liveness).
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        spec = ateom[probe]
+        assert spec.get("timeoutSeconds", 1) > health_timeout(spec["exec"]["command"]), probe
+
+
 def test_not_privileged_so_only_the_pods_gpus_are_visible(ateom: dict[str, Any]) -> None:
     sc = ateom["securityContext"]
     assert sc["privileged"] is False

@@ -155,3 +155,40 @@ def test_scrape_moves_when_a_gpu_actor_runs(metrics_daemon: MetricsDaemon) -> No
     assert sample(after, "ateom_rpc_requests_total", method="TerminateWorkload", code="OK") == 1
     assert sample(after, "ateom_rpc_requests_total", method="CheckpointWorkload",
                   code="NOT_FOUND") == 1
+
+
+def test_scrape_times_checkpoint_and_restore(metrics_daemon: MetricsDaemon) -> None:
+    # The other two runsc phases the issue names, from a real checkpoint and restore
+    # (a pause-only actor: Debian's runsc restores one container, not several).
+    from ateom._proto import ateom_pb2 as pb
+    from ateom._proto import ateom_pb2_grpc as pb_grpc
+    from tests.daemon.harness import run_request
+
+    d = metrics_daemon
+    stub = pb_grpc.AteomStub(d.channel)
+    uid = "metrics-snapshot"
+    dirs = d.world.actor_dirs(uid)
+    d.world.bundles(uid, {})
+    before = d.scrape()
+    for phase in ("runsc.checkpoint", "runsc.restore"):
+        assert sample(before, "ateom_phase_duration_seconds_count", phase=phase,
+                      outcome="ok") == 0, phase
+
+    stub.RunWorkload(run_request(d.world, uid, []), timeout=120)
+    stub.CheckpointWorkload(pb.CheckpointWorkloadRequest(actor_uid=uid, actor_dirs=dirs),
+                            timeout=120)
+    shutil.copytree(dirs.checkpoint_dir, dirs.restore_dir)  # the node agent's move
+    stub.RestoreWorkload(pb.RestoreWorkloadRequest(
+        actor_uid=uid, actor_dirs=dirs, scope=pb.SNAPSHOT_SCOPE_FULL), timeout=120)
+    restored = d.scrape()
+    for phase in ("runsc.checkpoint", "runsc.restore"):
+        assert sample(restored, "ateom_phase_duration_seconds_count", phase=phase,
+                      outcome="ok") == 1, phase
+        assert sample(restored, "ateom_phase_duration_seconds_sum", phase=phase,
+                      outcome="ok") > 0, phase
+    for method in ("CheckpointWorkload", "RestoreWorkload"):
+        assert sample(restored, "ateom_rpc_requests_total", method=method, code="OK") == 1
+    assert sample(restored, "ateom_hosted_actors") == 1
+    stub.TerminateWorkload(pb.TerminateWorkloadRequest(actor_uid=uid, actor_dirs=dirs),
+                           timeout=120)
+    assert sample(d.scrape(), "ateom_hosted_actors") == 0

@@ -127,10 +127,14 @@ def _read_dynamic_soname(f: BinaryIO) -> SonameRead:
         tag = entry.d_tag
         if tag == "DT_NULL":
             break
-        if tag == "DT_SONAME":
+        # The first of each counts, as for pyelftools' iter_tags; once both
+        # are known the rest of the table (often half of it) is not parsed.
+        if tag == "DT_SONAME" and soname_index is None:
             soname_index = entry.d_val
-        elif tag == "DT_STRTAB":
+        elif tag == "DT_STRTAB" and strtab is None:
             strtab = entry.d_val
+        if soname_index is not None and strtab is not None:
+            break
     if soname_index is None:
         return SonameRead(soname=None)
     if strtab is None:

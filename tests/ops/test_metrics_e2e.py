@@ -46,14 +46,15 @@ def free_port() -> int:
 
 
 class MetricsDaemon:
-    def __init__(self, base: Path) -> None:
+    def __init__(self, base: Path, *, metrics: bool = True) -> None:
         from tests.daemon.harness import World
 
         self.world = World(base)
         self.log = open(base / "daemon.log", "wb")  # noqa: SIM115
         port = free_port()
         argv = self.world.daemon_args(str(self.world.shim))
-        argv += ["--metrics-listen", f"127.0.0.1:{port}"]
+        if metrics:
+            argv += ["--metrics-listen", f"127.0.0.1:{port}"]
         self.proc = subprocess.Popen(
             argv, cwd=REPO, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             env={**os.environ, "ATEOM_NVIDIA_TOOLKIT_DIR": str(base / "toolkit")},
@@ -192,3 +193,38 @@ def test_scrape_times_checkpoint_and_restore(metrics_daemon: MetricsDaemon) -> N
     stub.TerminateWorkload(pb.TerminateWorkloadRequest(actor_uid=uid, actor_dirs=dirs),
                            timeout=120)
     assert sample(d.scrape(), "ateom_hosted_actors") == 0
+
+
+def tcp_listeners(pid: int) -> list[str]:
+    """The TCP sockets process `pid` listens on, as /proc/net/tcp{,6} rows (reads /proc)."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:["):-1])
+    rows = []
+    for table in ("tcp", "tcp6"):
+        with open(f"/proc/{pid}/net/{table}") as f:
+            for line in f.readlines()[1:]:
+                cols = line.split()
+                if cols[3] == "0A" and cols[9] in inodes:  # 0A: LISTEN
+                    rows.append(f"{table} {cols[1]}")
+    return rows
+
+
+def test_metrics_are_off_unless_asked_for(tmp_path: Path) -> None:
+    plain = MetricsDaemon(tmp_path / "plain", metrics=False)
+    try:
+        assert tcp_listeners(plain.proc.pid) == []
+    finally:
+        assert plain.stop() == 0, plain.logs()[-3000:]
+    asked = MetricsDaemon(tmp_path / "asked")
+    try:
+        # The same probe sees the endpoint when it is asked for.
+        port = int(asked.url.split(":")[2].split("/")[0])
+        assert [r for r in tcp_listeners(asked.proc.pid) if r.endswith(f":{port:04X}")]
+    finally:
+        assert asked.stop() == 0, asked.logs()[-3000:]

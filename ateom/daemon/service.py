@@ -221,6 +221,7 @@ class AteomService:
         )
         self._inflight = 0
         self._inflight_cond = threading.Condition()
+        self._closed = False  # the drain's grace is over: nothing more is admitted
         self._doctor_lock = threading.Lock()
         # Writes app bundles while the sandbox root boots: one thread per
         # actor that can be booting at once (threads start on first use).
@@ -268,6 +269,15 @@ class AteomService:
             with self._inflight_cond:
                 self._inflight -= 1
                 self._inflight_cond.notify_all()
+
+    def _admit(self, ref: ActorRef, op: Op) -> Actor:
+        """Reserve the actor's slot, unless the drain has already taken its last look
+        at the hosted actors (an actor admitted after that would outlive the daemon)."""
+        with self._inflight_cond:
+            if self._closed:
+                raise AteomError("ateom is shutting down: not accepting new actors",
+                                 code=ErrorCode.UNAVAILABLE)
+            return self.actors.admit(ref, op)
 
     def _registry(self, *, generate_gpu_spec: bool) -> Any:
         """Load the CDI registry (reads spec files); generate the nvidia.com/gpu spec
@@ -509,7 +519,7 @@ class AteomService:
                 validation.check_run(req, self.config.actors_root)
                 info = self._check_runsc(req.runsc_path)
                 validation.check_dirs_on_disk(req.dirs, self.config.actors_root)
-            actor = self.actors.admit(req.actor, Op.RUN)
+            actor = self._admit(req.actor, Op.RUN)
             try:
                 with phase("plan"):
                     plan = self._plan(req.actor.actor_uid, req.dirs.oci_bundle_dir,
@@ -534,7 +544,7 @@ class AteomService:
                 if not os.path.isdir(image) or not os.listdir(image):
                     raise AteomError(f"actor_dirs.restore_dir {image}: missing or empty",
                                      code=ErrorCode.FAILED_PRECONDITION)
-            actor = self.actors.admit(req.actor, Op.RESTORE)
+            actor = self._admit(req.actor, Op.RESTORE)
             try:
                 with phase("plan"):
                     plan = self._plan(req.actor.actor_uid, req.dirs.oci_bundle_dir,
@@ -762,7 +772,8 @@ class AteomService:
     def drain(self, grace: float) -> None:
         """Stop admitting; for up to `grace`, let calls finish and the node agent
         checkpoint or terminate its actors (Checkpoint/Terminate stay open);
-        then terminate whatever is still hosted."""
+        then terminate whatever is still hosted. A Run/Restore admitted by
+        `_call` but not yet holding its actor's slot by then gets UNAVAILABLE."""
         with self._inflight_cond:
             self.state = "draining"
             deadline = time.monotonic() + grace
@@ -770,6 +781,7 @@ class AteomService:
             while (self._inflight or len(self.actors)) and time.monotonic() < deadline:
                 self._inflight_cond.wait(timeout=min(0.1, deadline - time.monotonic()))
             log.info("drained", inflight=self._inflight, hosted=len(self.actors))
+            self._closed = True
         for actor in self.actors.snapshot():
             with contextlib.suppress(AteomError):
                 self.terminate_workload(TerminateRequest(actor=actor.ref))

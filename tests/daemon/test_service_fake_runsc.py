@@ -462,6 +462,41 @@ def test_drain_terminates_hosted_actors(make_world) -> None:  # type: ignore[no-
     assert "delete d1_pause" in w.fake.commands()
 
 
+def test_a_run_not_yet_admitted_when_the_drain_ends_hosts_nothing(make_world) -> None:  # type: ignore[no-untyped-def]
+    """A Run still validating when the drain's grace is over must not host an actor
+    the drain no longer sees: the daemon would exit and leave its sandbox running."""
+    import threading
+
+    w = make_world()
+    in_validation, go_on = threading.Event(), threading.Event()
+    probe = w.service.probe
+
+    def gated_probe(path: str):  # type: ignore[no-untyped-def]
+        in_validation.set()
+        assert go_on.wait(10)
+        return probe(path)
+
+    w.service.probe = gated_probe  # type: ignore[method-assign]
+    outcome: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            w.service.run_workload(w.run("late", "app"))
+            outcome.append(None)
+        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+            outcome.append(exc)
+
+    runner = threading.Thread(target=run)
+    runner.start()
+    assert in_validation.wait(10)
+    w.service.drain(0)  # grace over while the Run is still validating
+    go_on.set()
+    runner.join(10)
+    assert isinstance(outcome[0], AteomError) and outcome[0].code is ErrorCode.UNAVAILABLE
+    assert w.service.actors.get("late") is None
+    assert not [c for c in w.fake.commands() if c.startswith("create")]
+
+
 def test_calls_for_one_actor_are_serialized(make_world) -> None:  # type: ignore[no-untyped-def]
     import threading
     import time

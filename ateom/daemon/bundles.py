@@ -24,7 +24,7 @@ SANDBOX_ID = "io.kubernetes.cri.sandbox-id"
 CONTAINER_NAME = "io.kubernetes.cri.container-name"
 GVISOR_PREFIX = "dev.gvisor."
 
-_CPU_PERIOD_USEC = 100_000
+CPU_PERIOD_USEC = 100_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,8 +110,8 @@ def prepare_config(
         linux["resources"] = resources
         out["linux"] = linux
         if cpu_milli:
-            resources["cpu"] = {**resources.get("cpu", {}), "period": _CPU_PERIOD_USEC,
-                                "quota": cpu_milli * _CPU_PERIOD_USEC // 1000}
+            resources["cpu"] = {**resources.get("cpu", {}), "period": CPU_PERIOD_USEC,
+                                "quota": cpu_milli * CPU_PERIOD_USEC // 1000}
         if memory_bytes:
             resources["memory"] = {**resources.get("memory", {}), "limit": memory_bytes}
     return PreparedConfig(out, removed)

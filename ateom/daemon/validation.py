@@ -13,6 +13,7 @@ import re
 from collections.abc import Iterable, Sequence
 
 from ateom.cdi.names import parse_qualified_name
+from ateom.daemon.bundles import CPU_PERIOD_USEC
 from ateom.daemon.requests import (
     ActorDirs,
     ActorRef,
@@ -176,9 +177,15 @@ def _check_common_unsupported(
         raise unimplemented("scope", "SNAPSHOT_SCOPE_DATA is not built; use FULL")
 
 
+# runsc reads the sandbox's CPU quota (derived from cpu_milli) as an int64.
+_MAX_CPU_MILLI = (2**63 - 1) * 1000 // CPU_PERIOD_USEC
+
+
 def _check_resources(cpu_milli: int, memory_bytes: int) -> None:
     if cpu_milli < 0:
         raise invalid(f"cpu_milli {cpu_milli}: must be >= 0")
+    if cpu_milli > _MAX_CPU_MILLI:
+        raise invalid(f"cpu_milli {cpu_milli}: must be at most {_MAX_CPU_MILLI}")
     if memory_bytes < 0:
         raise invalid(f"memory_bytes {memory_bytes}: must be >= 0")
 

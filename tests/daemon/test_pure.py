@@ -185,6 +185,20 @@ def test_local_snapshot_uri_and_negative_resources() -> None:
                 ROOT) is ErrorCode.INVALID_ARGUMENT
 
 
+def test_cpu_milli_whose_quota_overflows_int64_is_invalid() -> None:
+    # runsc reads linux.resources.cpu.quota as int64: an overflow there would
+    # only surface as runsc's INTERNAL failure after the bundle was written.
+    largest = (2**63 - 1) * 1000 // bundles.CPU_PERIOD_USEC
+    validation.check_run(RunRequest(ActorRef("a"), DIRS, cpu_milli=largest), ROOT)
+    for request_, check in ((RunRequest(ActorRef("a"), DIRS, cpu_milli=largest + 1),
+                             validation.check_run),
+                            (RestoreRequest(ActorRef("a"), DIRS, cpu_milli=2**63 - 1),
+                             validation.check_restore)):
+        with pytest.raises(AteomError, match="cpu_milli") as err:
+            check(request_, ROOT)  # type: ignore[operator]
+        assert err.value.code is ErrorCode.INVALID_ARGUMENT
+
+
 # -- state machine --------------------------------------------------------------
 
 @pytest.mark.parametrize("phase", [None, *Phase])

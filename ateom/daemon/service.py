@@ -313,6 +313,9 @@ class AteomService:
         plans = []
         for name, request in [(pause, None), *[(c.name, c) for c in containers]]:
             bundle = os.path.join(bundle_root, name)
+            # ateom writes into each bundle: none may lead out of --actors-root.
+            validation.check_path_on_disk(f"container {name!r}: bundle", bundle,
+                                          self.config.actors_root)
             config_path = os.path.join(bundle, "config.json")
             try:
                 with open(config_path, "rb") as f:

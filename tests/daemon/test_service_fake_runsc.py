@@ -462,6 +462,20 @@ def test_drain_terminates_hosted_actors(make_world) -> None:  # type: ignore[no-
     assert "delete d1_pause" in w.fake.commands()
 
 
+def test_a_container_bundle_linked_outside_the_root_is_refused(make_world) -> None:  # type: ignore[no-untyped-def]
+    w = make_world()
+    req = w.run("ln", "app")
+    outside = w.tmp / "outside-app"
+    (w.actors_root / "ln" / "bundles" / "app").rename(outside)
+    (w.actors_root / "ln" / "bundles" / "app").symlink_to(outside)
+    before = (outside / "config.json").read_bytes()
+    with pytest.raises(AteomError, match="app") as err:
+        w.service.run_workload(req)
+    assert err.value.code is ErrorCode.INVALID_ARGUMENT and str(outside) in str(err.value)
+    assert (outside / "config.json").read_bytes() == before
+    assert w.fake.commands() == [] and w.service.actors.get("ln") is None
+
+
 def test_a_run_not_yet_admitted_when_the_drain_ends_hosts_nothing(make_world) -> None:  # type: ignore[no-untyped-def]
     """A Run still validating when the drain's grace is over must not host an actor
     the drain no longer sees: the daemon would exit and leave its sandbox running."""

@@ -162,6 +162,9 @@ def from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None
     return check_config(config)
 
 
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
 def check_config(config: DaemonConfig) -> DaemonConfig:
     """Reject configs the daemon cannot serve with (pure)."""
 
@@ -178,6 +181,12 @@ def check_config(config: DaemonConfig) -> DaemonConfig:
         raise bad("--shutdown-grace and --kill-grace must be >= 0")
     if config.log_format not in ("json", "console"):
         raise bad(f"--log-format {config.log_format!r}: must be json or console")
+    if config.log_level.lower() not in LOG_LEVELS:
+        raise bad(f"--log-level {config.log_level!r}: must be one of {', '.join(LOG_LEVELS)}")
+    if config.runsc_timeout <= 0:
+        raise bad(f"--runsc-timeout {config.runsc_timeout}: must be > 0")
+    if not config.socket:
+        raise bad("--socket: must not be empty")
     if config.runsc_dir and not os.path.isabs(config.runsc_dir):
         raise bad(f"--runsc-dir {config.runsc_dir!r}: must be an absolute path")
     return config

@@ -297,6 +297,10 @@ def test_shared_settings_have_one_name_and_one_default() -> None:
 @pytest.mark.parametrize("argv, env", [
     ([], {}), (["--actors-root", "rel"], {}), (["--actors-root", "/r", "--max-actors", "0"], {}),
     (["--actors-root", "/r"], {"ATEOM_MAX_ACTORS": "many"}),
+    (["--actors-root", "/r", "--log-level", "nonsense"], {}),
+    (["--actors-root", "/r"], {"ATEOM_LOG_LEVEL": "verbose"}),
+    (["--actors-root", "/r", "--runsc-timeout", "0"], {}),
+    (["--actors-root", "/r", "--socket", ""], {}),
 ])
 def test_bad_config(argv: list[str], env: dict[str, str]) -> None:
     assert code(daemon_config.from_args, _parse(argv), env) is ErrorCode.INVALID_ARGUMENT

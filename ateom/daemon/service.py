@@ -183,6 +183,23 @@ def _write_atomic(path: str, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+def _file_versions(top: str) -> dict[str, tuple[int, int, int, int]]:
+    """Relative path -> (inode, size, mtime, ctime) of each file under `top` (stats):
+    what a checkpoint wrote is what is new or changed, not what an earlier
+    call left in the same directory."""
+    versions = {}
+    for d, _, names in os.walk(top):
+        for name in names:
+            path = os.path.join(d, name)
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                continue
+            versions[os.path.relpath(path, top)] = (st.st_ino, st.st_size, st.st_mtime_ns,
+                                                    st.st_ctime_ns)
+    return versions
+
+
 def _sandbox_processes(root: str) -> list[int]:
     """Pids of runsc processes (sandbox, gofer...) run with ``--root=<root>`` (reads /proc)."""
     marker = f"--root={root}".encode()
@@ -584,6 +601,7 @@ class AteomService:
                 runsc = sandbox.runsc
                 image = req.dirs.checkpoint_dir
                 os.makedirs(image, mode=0o750, exist_ok=True)
+                before = _file_versions(image)
                 root = sandbox.plan.root_id
                 try:
                     with phase("runsc.checkpoint", container=root):
@@ -599,10 +617,8 @@ class AteomService:
                         ) from exc
                     self._release(actor, grace=0)
                     raise
-                files = tuple(sorted(
-                    os.path.relpath(os.path.join(d, f), image)
-                    for d, _, fs in os.walk(image) for f in fs
-                ))
+                after = _file_versions(image)
+                files = tuple(sorted(f for f, v in after.items() if before.get(f) != v))
                 self._release(actor, grace=0, ask_runsc=False)
                 log.info("actor_checkpointed", files=list(files))
                 return CheckpointResult(files)

@@ -301,6 +301,18 @@ def test_checkpoint_answers_relative_files_and_frees_worker(make_world) -> None:
     assert "delete c1_pause" in w.fake.commands()
 
 
+def test_checkpoint_answers_only_the_files_runsc_wrote(make_world) -> None:  # type: ignore[no-untyped-def]
+    w = make_world()
+    w.service.run_workload(w.run("c0"))
+    ckpt = Path(w.dirs("c0").checkpoint_dir)
+    (ckpt / "sub").mkdir(parents=True)
+    (ckpt / "older-snapshot.img").write_text("from an earlier call")
+    (ckpt / "checkpoint.img").write_text("stale")  # rewritten by runsc: listed
+    result = w.service.checkpoint_workload(CheckpointRequest(actor=ActorRef("c0"),
+                                                             dirs=w.dirs("c0")))
+    assert result.snapshot_files == ("checkpoint.img", "sub/pages.img")
+
+
 def test_checkpoint_passes_allow_connected_on_save_when_supported(make_world) -> None:  # type: ignore[no-untyped-def]
     w = make_world(fake_kw={"global_flags": ["allow-connected-on-save"]})
     w.service.run_workload(w.run("c2"))

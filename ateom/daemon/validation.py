@@ -222,6 +222,14 @@ def check_restore(req: RestoreRequest, actors_root: str) -> None:
     _check_common_unsupported(req.runtime_asset_paths, req.egress_gateway, req.scope)
     _check_resources(req.cpu_milli, req.memory_bytes)
     _check_snapshot_uri(req.snapshot_uri, req.dirs.restore_dir, "restore_dir")
+    if not req.preserve_restore_dir:
+        # restore_dir is removed after the restore: not with the actor's other dirs.
+        for name, path in req.dirs.items():
+            if name != "restore_dir" and path and _under(path, req.dirs.restore_dir):
+                raise invalid(
+                    f"actor_dirs.restore_dir {req.dirs.restore_dir!r}: holds actor_dirs.{name}"
+                    f" {path!r}, which would be removed with it after the restore"
+                    " (or set preserve_restore_dir)")
 
 
 def check_terminate(req: TerminateRequest, actors_root: str) -> None:

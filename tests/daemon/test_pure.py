@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 import pytest
 from hypothesis import given, settings
@@ -197,6 +198,19 @@ def test_cpu_milli_whose_quota_overflows_int64_is_invalid() -> None:
         with pytest.raises(AteomError, match="cpu_milli") as err:
             check(request_, ROOT)  # type: ignore[operator]
         assert err.value.code is ErrorCode.INVALID_ARGUMENT
+
+
+@pytest.mark.parametrize("restore_dir", [DIRS.root_dir, DIRS.oci_bundle_dir])
+def test_a_consumed_restore_dir_may_not_hold_the_actors_other_dirs(restore_dir: str) -> None:
+    # After a restore ateom removes restore_dir (unless preserve_restore_dir):
+    # it must not take the bundles of the actor just restored with it.
+    dirs = dataclasses.replace(DIRS, restore_dir=restore_dir)
+    with pytest.raises(AteomError, match="actor_dirs.restore_dir") as err:
+        validation.check_restore(RestoreRequest(ActorRef("a"), dirs), ROOT)
+    assert err.value.code is ErrorCode.INVALID_ARGUMENT
+    validation.check_restore(RestoreRequest(ActorRef("a"), dirs, preserve_restore_dir=True),
+                             ROOT)  # kept: nothing is removed
+    validation.check_restore(RestoreRequest(ActorRef("a"), DIRS), ROOT)
 
 
 # -- state machine --------------------------------------------------------------

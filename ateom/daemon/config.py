@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -163,6 +164,8 @@ def from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None
 
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
+# The pause container names a bundle dir and a runsc container id.
+_SAFE_COMPONENT = re.compile(r"^[A-Za-z0-9._-]{1,63}$")
 
 
 def check_config(config: DaemonConfig) -> DaemonConfig:
@@ -185,6 +188,9 @@ def check_config(config: DaemonConfig) -> DaemonConfig:
         raise bad(f"--log-level {config.log_level!r}: must be one of {', '.join(LOG_LEVELS)}")
     if config.runsc_timeout <= 0:
         raise bad(f"--runsc-timeout {config.runsc_timeout}: must be > 0")
+    if not _SAFE_COMPONENT.match(config.pause_container) or set(config.pause_container) == {"."}:
+        raise bad(f"--pause-container {config.pause_container!r}: must be one path component"
+                  " of letters, digits, '.', '_' or '-'")
     if not config.socket:
         raise bad("--socket: must not be empty")
     if config.runsc_dir and not os.path.isabs(config.runsc_dir):

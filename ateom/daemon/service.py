@@ -536,7 +536,8 @@ class AteomService:
     def run_workload(self, req: RunRequest) -> None:
         with self._call(Op.RUN, req.actor.actor_uid, admits=True):
             with phase("validate"):
-                validation.check_run(req, self.config.actors_root)
+                validation.check_run(req, self.config.actors_root,
+                                     pause=self.config.pause_container)
                 info = self._check_runsc(req.runsc_path)
                 validation.check_dirs_on_disk(req.dirs, self.config.actors_root)
             actor = self._admit(req.actor, Op.RUN)
@@ -557,7 +558,8 @@ class AteomService:
     def restore_workload(self, req: RestoreRequest) -> None:
         with self._call(Op.RESTORE, req.actor.actor_uid, admits=True):
             with phase("validate"):
-                validation.check_restore(req, self.config.actors_root)
+                validation.check_restore(req, self.config.actors_root,
+                                         pause=self.config.pause_container)
                 info = self._check_runsc(req.runsc_path)
                 validation.check_dirs_on_disk(req.dirs, self.config.actors_root)
                 image = req.dirs.restore_dir
@@ -592,7 +594,8 @@ class AteomService:
         uid = req.actor.actor_uid
         with self._call(Op.CHECKPOINT, uid, admits=False):
             with phase("validate"):
-                validation.check_checkpoint(req, self.config.actors_root)
+                validation.check_checkpoint(req, self.config.actors_root,
+                                            pause=self.config.pause_container)
                 validation.check_runsc_path(req.runsc_path, self.config.runsc,
                                             self.config.runsc_dir)
                 validation.check_dirs_on_disk(req.dirs, self.config.actors_root)
@@ -637,7 +640,8 @@ class AteomService:
         uid = req.actor.actor_uid
         with self._call(Op.TERMINATE, uid, admits=False):
             with phase("validate"):
-                validation.check_terminate(req, self.config.actors_root)
+                validation.check_terminate(req, self.config.actors_root,
+                                           pause=self.config.pause_container)
                 validation.check_runsc_path(req.runsc_path, self.config.runsc,
                                             self.config.runsc_dir)
             if self.actors.get(uid) is None:

@@ -61,7 +61,7 @@ def check_device_name(field: str, name: str) -> None:
         raise invalid(f"{field}: {exc}") from None
 
 
-def check_containers(containers: Sequence[ContainerRequest]) -> None:
+def check_containers(containers: Sequence[ContainerRequest], *, pause: str = "_pause") -> None:
     seen: set[str] = set()
     for i, c in enumerate(containers):
         where = f"spec.containers[{i}]"
@@ -70,6 +70,8 @@ def check_containers(containers: Sequence[ContainerRequest]) -> None:
                 f"{where}.name {c.name!r}: must be a DNS-1123 label"
                 " (lowercase letters, digits, '-', at most 63)"
             )
+        if c.name == pause:
+            raise invalid(f"{where}.name {c.name!r}: is the sandbox root's (--pause-container)")
         if c.name in seen:
             raise invalid(f"{where}.name {c.name!r}: duplicate container name")
         seen.add(c.name)
@@ -199,26 +201,26 @@ def _check_snapshot_uri(uri: str, local_dir: str, field: str) -> None:
         )
 
 
-def check_run(req: RunRequest, actors_root: str) -> None:
+def check_run(req: RunRequest, actors_root: str, *, pause: str = "_pause") -> None:
     check_actor(req.actor)
     check_dirs(req.dirs, actors_root, ("oci_bundle_dir",))
-    check_containers(req.containers)
+    check_containers(req.containers, pause=pause)
     _check_common_unsupported(req.runtime_asset_paths, req.egress_gateway, None)
     _check_resources(req.cpu_milli, req.memory_bytes)
 
 
-def check_checkpoint(req: CheckpointRequest, actors_root: str) -> None:
+def check_checkpoint(req: CheckpointRequest, actors_root: str, *, pause: str = "_pause") -> None:
     check_actor(req.actor)
     check_dirs(req.dirs, actors_root, ("checkpoint_dir",))
-    check_containers(req.containers)
+    check_containers(req.containers, pause=pause)
     _check_common_unsupported(req.runtime_asset_paths, None, req.scope)
     _check_snapshot_uri(req.snapshot_uri, req.dirs.checkpoint_dir, "checkpoint_dir")
 
 
-def check_restore(req: RestoreRequest, actors_root: str) -> None:
+def check_restore(req: RestoreRequest, actors_root: str, *, pause: str = "_pause") -> None:
     check_actor(req.actor)
     check_dirs(req.dirs, actors_root, ("oci_bundle_dir", "restore_dir"))
-    check_containers(req.containers)
+    check_containers(req.containers, pause=pause)
     _check_common_unsupported(req.runtime_asset_paths, req.egress_gateway, req.scope)
     _check_resources(req.cpu_milli, req.memory_bytes)
     _check_snapshot_uri(req.snapshot_uri, req.dirs.restore_dir, "restore_dir")
@@ -232,7 +234,7 @@ def check_restore(req: RestoreRequest, actors_root: str) -> None:
                     " (or set preserve_restore_dir)")
 
 
-def check_terminate(req: TerminateRequest, actors_root: str) -> None:
+def check_terminate(req: TerminateRequest, actors_root: str, *, pause: str = "_pause") -> None:
     check_actor(req.actor)
     check_dirs(req.dirs, actors_root, ())
-    check_containers(req.containers)
+    check_containers(req.containers, pause=pause)

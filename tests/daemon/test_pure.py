@@ -70,6 +70,15 @@ def test_bad_container_names(name: str) -> None:
     assert code(validation.check_containers, c) is ErrorCode.INVALID_ARGUMENT
 
 
+def test_an_app_container_may_not_take_the_pause_containers_name() -> None:
+    # With --pause-container set to a DNS label, both would share one bundle.
+    c = (ContainerRequest("app"), ContainerRequest("pause"))
+    with pytest.raises(AteomError, match=r"spec.containers\[1\].name 'pause'") as err:
+        validation.check_containers(c, pause="pause")
+    assert err.value.code is ErrorCode.INVALID_ARGUMENT
+    validation.check_containers(c)  # the default "_pause" is no DNS label
+
+
 def test_duplicate_container_names() -> None:
     c = (ContainerRequest("app"), ContainerRequest("app"))
     with pytest.raises(AteomError, match="duplicate"):
@@ -315,6 +324,8 @@ def test_shared_settings_have_one_name_and_one_default() -> None:
     (["--actors-root", "/r"], {"ATEOM_LOG_LEVEL": "verbose"}),
     (["--actors-root", "/r", "--runsc-timeout", "0"], {}),
     (["--actors-root", "/r", "--socket", ""], {}),
+    (["--actors-root", "/r", "--pause-container", "../x"], {}),
+    (["--actors-root", "/r", "--pause-container", ""], {}),
 ])
 def test_bad_config(argv: list[str], env: dict[str, str]) -> None:
     assert code(daemon_config.from_args, _parse(argv), env) is ErrorCode.INVALID_ARGUMENT

@@ -488,6 +488,16 @@ def test_a_container_bundle_linked_outside_the_root_is_refused(make_world) -> No
     assert w.fake.commands() == [] and w.service.actors.get("ln") is None
 
 
+def test_an_app_named_like_a_configured_pause_container_is_refused(make_world) -> None:  # type: ignore[no-untyped-def]
+    w = make_world(pause_container="pause")
+    w.bundles("pn")
+    req = RunRequest(actor=ActorRef("pn"), dirs=w.dirs("pn"),
+                     containers=(ContainerRequest("pause", devices=NO_DEVICES),))
+    with pytest.raises(AteomError, match="pause-container") as err:
+        w.service.run_workload(req)
+    assert err.value.code is ErrorCode.INVALID_ARGUMENT and w.fake.commands() == []
+
+
 def test_a_run_not_yet_admitted_when_the_drain_ends_hosts_nothing(make_world) -> None:  # type: ignore[no-untyped-def]
     """A Run still validating when the drain's grace is over must not host an actor
     the drain no longer sees: the daemon would exit and leave its sandbox running."""

@@ -400,7 +400,13 @@ def test_admission_codes(make_world) -> None:  # type: ignore[no-untyped-def]
     result = w.service.checkpoint_workload(CheckpointRequest(actor=ActorRef("m1"),
                                                              dirs=w.dirs("m1")))
     assert result.snapshot_files
+    w.service.terminate_workload(TerminateRequest(actor=ActorRef("m1")))
+    calls = len(w.fake.commands())
     w.service.terminate_workload(TerminateRequest(actor=ActorRef("m1")))  # idempotent
+    assert len(w.fake.commands()) == calls  # nothing left to do, nothing run
+    with pytest.raises(AteomError) as gone:
+        w.service.checkpoint_workload(CheckpointRequest(actor=ActorRef("m1"), dirs=w.dirs("m1")))
+    assert gone.value.code is ErrorCode.NOT_FOUND
 
 
 def test_runsc_path_must_be_configured_or_under_runsc_dir(make_world, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

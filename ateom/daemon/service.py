@@ -15,9 +15,11 @@ object; tests drive it directly.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import contextvars
 import dataclasses
+import json
 import os
 import shutil
 import signal
@@ -152,6 +154,7 @@ class Sandbox:
     runsc: Runsc
     plan: SandboxPlan
     applied: list[ContainerPlan] = field(default_factory=list)
+    originals: str = ""  # where the bundles' own config.json are kept while applied
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,6 +177,16 @@ class DaemonStatus:
     runsc_error: str
     max_actors: int
     spec_dirs: tuple[str, ...]
+
+
+def _keep_original(kept: str, c: ContainerPlan) -> None:
+    """Save the bundle's own config.json before ateom writes it (writes a file), so
+    a Terminate can give it back even when the daemon that wrote it died."""
+    if not kept:
+        return
+    os.makedirs(kept, mode=0o700, exist_ok=True)
+    record = {"bundle": c.bundle, "config": base64.b64encode(c.original).decode()}
+    _write_atomic(os.path.join(kept, f"{c.name}.json"), json.dumps(record).encode())
 
 
 def _write_atomic(path: str, data: bytes) -> None:
@@ -382,6 +395,7 @@ class AteomService:
         """
         for c in containers:
             sandbox.applied.append(c)
+            _keep_original(sandbox.originals, c)
             if c.injection is not None:
                 with phase("inject", container=c.name, devices=list(c.devices)):
                     self.injector.apply(c.injection, c.prepared)
@@ -416,12 +430,16 @@ class AteomService:
 
     def _unapply(self, sandbox: Sandbox) -> None:
         """Give each bundle back the config.json the node agent wrote (writes files)."""
+        failed = False
         for c in reversed(sandbox.applied):
             try:
                 _write_atomic(os.path.join(c.bundle, "config.json"), c.original)
             except OSError as exc:
+                failed = True
                 log.warning("bundle_restore_failed", container=c.name, error=str(exc))
         sandbox.applied.clear()
+        if not failed:  # else a later Terminate tries again from the kept copies
+            shutil.rmtree(sandbox.originals, ignore_errors=True)
 
     def _boot(self, actor: Actor, sandbox: Sandbox, containers: Sequence[ContainerPlan],
               image_path: str | None) -> None:
@@ -546,7 +564,9 @@ class AteomService:
                     plan = self._plan(req.actor.actor_uid, req.dirs.oci_bundle_dir,
                                       req.containers, info, cpu_milli=req.cpu_milli,
                                       memory_bytes=req.memory_bytes)
-                self._host(actor, Sandbox(self._runsc(req.actor.actor_uid, info), plan), None)
+                self._host(actor, Sandbox(self._runsc(req.actor.actor_uid, info), plan,
+                                          originals=self._originals_dir(req.actor.actor_uid)),
+                           None)
                 log.info("actor_running", containers=list(plan.container_names),
                          devices=list(plan.devices), nvproxy=plan.gpu)
             except BaseException:
@@ -572,7 +592,9 @@ class AteomService:
                     plan = self._plan(req.actor.actor_uid, req.dirs.oci_bundle_dir,
                                       req.containers, info, cpu_milli=req.cpu_milli,
                                       memory_bytes=req.memory_bytes)
-                self._host(actor, Sandbox(self._runsc(req.actor.actor_uid, info), plan), image)
+                self._host(actor, Sandbox(self._runsc(req.actor.actor_uid, info), plan,
+                                          originals=self._originals_dir(req.actor.actor_uid)),
+                           image)
                 if not req.preserve_restore_dir:
                     shutil.rmtree(image, ignore_errors=True)
                 log.info("actor_restored", containers=list(plan.container_names),
@@ -659,11 +681,33 @@ class AteomService:
     def _clean_leftovers(self, uid: str) -> None:
         """A terminate for an actor we do not host: clear any state a crash left."""
         root = os.path.join(self.config.state_root, uid)
-        if not os.path.isdir(root):
+        if os.path.isdir(root):
+            info = self.probe(self.config.runsc)
+            runsc = self._runsc(uid, info)
+            self._teardown(runsc, sorted(runsc.list() or []), 0)
+        self._give_back_kept_originals(uid)
+
+    def _originals_dir(self, uid: str) -> str:
+        return os.path.join(self.config.run_dir, "bundles", uid)
+
+    def _give_back_kept_originals(self, uid: str) -> None:
+        """Restore the config.json each bundle had before a daemon that died wrote it."""
+        kept = self._originals_dir(uid)
+        if not os.path.isdir(kept):
             return
-        info = self.probe(self.config.runsc)
-        runsc = self._runsc(uid, info)
-        self._teardown(runsc, sorted(runsc.list() or []), 0)
+        for name in sorted(os.listdir(kept)):
+            try:
+                with open(os.path.join(kept, name), "rb") as f:
+                    record = json.loads(f.read())
+                bundle, original = record["bundle"], base64.b64decode(record["config"])
+                # Only ever a bundle a request could name.
+                validation.check_path_on_disk("kept bundle", bundle, self.config.actors_root)
+                _write_atomic(os.path.join(bundle, "config.json"), original)
+            except (OSError, ValueError, KeyError, TypeError, AteomError) as exc:
+                log.warning("bundle_restore_failed", kept=name, error=str(exc))
+                return
+            log.info("bundle_given_back", bundle=bundle)
+        shutil.rmtree(kept, ignore_errors=True)
 
     # -- operators ---------------------------------------------------------
 

@@ -504,6 +504,29 @@ def test_an_app_named_like_a_configured_pause_container_is_refused(make_world) -
     assert err.value.code is ErrorCode.INVALID_ARGUMENT and w.fake.commands() == []
 
 
+def test_terminate_after_a_daemon_crash_gives_the_bundles_back(make_world) -> None:  # type: ignore[no-untyped-def]
+    w = make_world(fake_kw={"global_flags": ["nvproxy"]})
+    bundles = w.bundles("cr", "app")
+    originals = {n: (bundles / n / "config.json").read_bytes() for n in ("_pause", "app")}
+    w.service.run_workload(RunRequest(actor=ActorRef("cr"), dirs=w.dirs("cr"), containers=(
+        ContainerRequest("app", devices=DeviceChoice(DevicePolicy.EXPLICIT,
+                                                     ("nvidia.com/gpu=0",))),)))
+    assert (bundles / "app" / "config.json").read_bytes() != originals["app"]
+    # The daemon dies (its memory with it); a new one is asked to terminate.
+    after_crash = AteomService(w.config, reaper=Reaper())
+    after_crash.terminate_workload(TerminateRequest(actor=ActorRef("cr")))
+    for name, original in originals.items():
+        assert (bundles / name / "config.json").read_bytes() == original, name
+    assert not w.state_dir("cr").exists()
+    # ...so the node agent can run the actor again from the same bundles.
+    after_crash.run_workload(RunRequest(actor=ActorRef("cr"), dirs=w.dirs("cr"), containers=(
+        ContainerRequest("app", devices=DeviceChoice()),)))
+    after_crash.terminate_workload(TerminateRequest(actor=ActorRef("cr")))
+    for name, original in originals.items():
+        assert (bundles / name / "config.json").read_bytes() == original, name
+    assert not (Path(w.config.run_dir) / "bundles" / "cr").exists()  # nothing kept any more
+
+
 def test_a_run_not_yet_admitted_when_the_drain_ends_hosts_nothing(make_world) -> None:  # type: ignore[no-untyped-def]
     """A Run still validating when the drain's grace is over must not host an actor
     the drain no longer sees: the daemon would exit and leave its sandbox running."""

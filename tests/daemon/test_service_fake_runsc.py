@@ -356,6 +356,27 @@ def test_restore_argv_follows_the_probed_runsc(make_world, newer: bool) -> None:
     w.service.terminate_workload(TerminateRequest(actor=ActorRef("r1")))
 
 
+def test_restore_of_a_gpu_actor_re_injects_and_passes_nvproxy_to_the_sandbox_only(  # type: ignore[no-untyped-def]
+        make_world) -> None:
+    w = make_world(fake_kw={"global_flags": ["nvproxy"]})
+    bundles = w.bundles("rg", "app")
+    original = (bundles / "app" / "config.json").read_bytes()
+    dirs = w.dirs("rg")
+    os.makedirs(dirs.restore_dir)
+    Path(dirs.restore_dir, "checkpoint.img").write_text("img")
+    w.service.restore_workload(RestoreRequest(
+        actor=ActorRef("rg"), dirs=dirs, preserve_restore_dir=True,
+        containers=(ContainerRequest("app", devices=DeviceChoice()),)))
+    by_command = dict(zip(w.fake.commands(), w.fake.calls(), strict=True))
+    assert list(by_command) == ["restore rg_pause", "restore app"]
+    assert "--nvproxy" in by_command["restore rg_pause"]
+    assert not any(a.startswith("--nvproxy") for a in by_command["restore app"])
+    injected = json.loads((bundles / "app" / "config.json").read_bytes())
+    assert "/dev/nvidia0" in {d["path"] for d in injected["linux"]["devices"]}
+    w.service.terminate_workload(TerminateRequest(actor=ActorRef("rg")))
+    assert (bundles / "app" / "config.json").read_bytes() == original
+
+
 def test_restore_consumes_restore_dir_unless_preserved(make_world) -> None:  # type: ignore[no-untyped-def]
     w = make_world()
     w.bundles("r2")

@@ -545,9 +545,15 @@ class AteomService:
         actor.epoch_unix_nano = time.time_ns()
         actor.phase = Phase.RUNNING
 
+    def _allowed_runsc(self, requested: str) -> str:
+        """The runsc a request may run (PERMISSION_DENIED otherwise); stats PATH."""
+        configured = self.config.runsc
+        resolved = "" if os.path.isabs(configured) else shutil.which(configured) or ""
+        return validation.check_runsc_path(requested, configured, self.config.runsc_dir,
+                                           resolved=resolved)
+
     def _check_runsc(self, requested: str) -> RunscInfo:
-        path = validation.check_runsc_path(requested, self.config.runsc, self.config.runsc_dir)
-        return self.probe(path)
+        return self.probe(self._allowed_runsc(requested))
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -618,8 +624,7 @@ class AteomService:
             with phase("validate"):
                 validation.check_checkpoint(req, self.config.actors_root,
                                             pause=self.config.pause_container)
-                validation.check_runsc_path(req.runsc_path, self.config.runsc,
-                                            self.config.runsc_dir)
+                self._allowed_runsc(req.runsc_path)
                 validation.check_dirs_on_disk(req.dirs, self.config.actors_root)
             with self.actors.operate(uid, Op.CHECKPOINT) as actor:
                 sandbox: Sandbox = actor.sandbox
@@ -664,8 +669,7 @@ class AteomService:
             with phase("validate"):
                 validation.check_terminate(req, self.config.actors_root,
                                            pause=self.config.pause_container)
-                validation.check_runsc_path(req.runsc_path, self.config.runsc,
-                                            self.config.runsc_dir)
+                self._allowed_runsc(req.runsc_path)
             if self.actors.get(uid) is None:
                 self._clean_leftovers(uid)  # idempotent: a gone actor is terminated
                 return

@@ -145,14 +145,19 @@ def check_dirs_on_disk(dirs: ActorDirs, actors_root: str) -> None:
             check_path_on_disk(f"actor_dirs.{name}", path, actors_root)
 
 
-def check_runsc_path(requested: str, configured: str, runsc_dir: str) -> str:
+def check_runsc_path(requested: str, configured: str, runsc_dir: str, *,
+                     resolved: str = "") -> str:
     """The binary to execute: the configured one, or one under --runsc-dir.
 
-    The request must not choose an arbitrary binary: anything else is
+    `resolved` is where the configured runsc was found on PATH (when
+    configured as a bare name): the request may name that path too. The
+    request must not choose an arbitrary binary: anything else is
     PERMISSION_DENIED, whatever the file is.
     """
     if not requested or requested == configured:
         return configured
+    if resolved and requested == resolved:
+        return requested
     if (
         runsc_dir
         and os.path.isabs(requested)

@@ -170,6 +170,18 @@ def test_runsc_path(requested: str, allowed: bool) -> None:
                     "/opt/runsc") is ErrorCode.PERMISSION_DENIED
 
 
+def test_runsc_path_may_name_the_configured_runsc_as_found_on_path() -> None:
+    # --runsc runsc (the default) runs /usr/bin/runsc: the node agent naming
+    # that binary asks for the one ateom runs anyway.
+    assert validation.check_runsc_path("/usr/bin/runsc", "runsc", "",
+                                       resolved="/usr/bin/runsc") == "/usr/bin/runsc"
+    for other in ("/usr/bin/../bin/runsc", "/usr/local/bin/runsc", "runsc2"):
+        assert code(validation.check_runsc_path, other, "runsc", "",
+                    resolved="/usr/bin/runsc") is ErrorCode.PERMISSION_DENIED
+    assert code(validation.check_runsc_path, "/usr/bin/runsc", "runsc", "",
+                resolved="") is ErrorCode.PERMISSION_DENIED  # not found: nothing matches
+
+
 @pytest.mark.parametrize("request_, field", [
     (RunRequest(ActorRef("a"), DIRS, runtime_asset_paths={"k": "v"}), "runtime_asset_paths"),
     (RunRequest(ActorRef("a"), DIRS, egress_gateway=""), "egress_gateway"),

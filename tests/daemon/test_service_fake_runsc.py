@@ -457,6 +457,18 @@ def test_runsc_path_must_be_configured_or_under_runsc_dir(make_world, tmp_path: 
                                       runsc_path=str(w.fake.path)))
 
 
+def test_runsc_path_may_name_the_bare_configured_runsc_as_found_on_path(  # type: ignore[no-untyped-def]
+        make_world, monkeypatch: pytest.MonkeyPatch) -> None:
+    w = make_world(runsc="runsc")
+    monkeypatch.setenv("PATH", f"{w.fake.path.parent}:{os.environ['PATH']}")
+    w.bundles("bare")
+    w.service.run_workload(RunRequest(actor=ActorRef("bare"), dirs=w.dirs("bare"),
+                                      runsc_path=str(w.fake.path)))
+    w.service.terminate_workload(TerminateRequest(actor=ActorRef("bare"),
+                                                  runsc_path=str(w.fake.path)))
+    assert w.fake.commands()[-1] == "delete bare_pause"
+
+
 def test_stats_codes_and_mapping(make_world) -> None:  # type: ignore[no-untyped-def]
     w = make_world(max_actors=2)
     assert w.service.active_workload_stats() == []  # idle never errors

@@ -630,7 +630,13 @@ class AteomService:
                 sandbox: Sandbox = actor.sandbox
                 runsc = sandbox.runsc
                 image = req.dirs.checkpoint_dir
-                os.makedirs(image, mode=0o750, exist_ok=True)
+                try:
+                    os.makedirs(image, mode=0o750, exist_ok=True)
+                except OSError as exc:
+                    raise AteomError(
+                        f"actor_dirs.checkpoint_dir {image}: cannot make it a directory:"
+                        f" {exc.strerror}; the actor keeps running",
+                        code=ErrorCode.FAILED_PRECONDITION) from None
                 before = _file_versions(image)
                 root = sandbox.plan.root_id
                 try:

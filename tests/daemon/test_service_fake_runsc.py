@@ -6,6 +6,7 @@ e2e suite's job.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -311,6 +312,20 @@ def test_checkpoint_answers_only_the_files_runsc_wrote(make_world) -> None:  # t
     result = w.service.checkpoint_workload(CheckpointRequest(actor=ActorRef("c0"),
                                                              dirs=w.dirs("c0")))
     assert result.snapshot_files == ("checkpoint.img", "sub/pages.img")
+
+
+def test_checkpoint_dir_that_is_a_file_is_a_refusal_and_the_actor_keeps_running(  # type: ignore[no-untyped-def]
+        make_world) -> None:
+    w = make_world()
+    w.service.run_workload(w.run("cf"))
+    dirs = dataclasses.replace(w.dirs("cf"), checkpoint_dir=str(w.actors_root / "cf" / "file"))
+    Path(dirs.checkpoint_dir).write_text("not a dir")
+    with pytest.raises(AteomError, match="actor_dirs.checkpoint_dir") as err:
+        w.service.checkpoint_workload(CheckpointRequest(actor=ActorRef("cf"), dirs=dirs))
+    assert err.value.code is ErrorCode.FAILED_PRECONDITION
+    actor = w.service.actors.get("cf")
+    assert actor is not None and actor.phase is Phase.RUNNING
+    assert "checkpoint cf_pause" not in w.fake.commands()
 
 
 def test_checkpoint_passes_allow_connected_on_save_when_supported(make_world) -> None:  # type: ignore[no-untyped-def]

@@ -43,9 +43,16 @@ def parse_config(raw: bytes, path: str) -> dict[str, Any]:
     if not isinstance(config, dict):
         raise AteomError(f"{path}: top level must be a JSON object",
                          code=ErrorCode.INVALID_ARGUMENT)
-    for key, kind in (("process", dict), ("root", dict), ("annotations", dict), ("hooks", dict)):
+    for key, kind in (("process", dict), ("root", dict), ("annotations", dict), ("hooks", dict),
+                      ("linux", dict), ("mounts", list)):
         if key in config and config[key] is not None and not isinstance(config[key], kind):
-            raise AteomError(f"{path}: {key}: must be an object", code=ErrorCode.INVALID_ARGUMENT)
+            what = "an object" if kind is dict else "an array"
+            raise AteomError(f"{path}: {key}: must be {what}", code=ErrorCode.INVALID_ARGUMENT)
+    for key, value in (config.get("annotations") or {}).items():
+        if not isinstance(value, str):
+            # runsc would refuse the whole spec, after ateom had written it.
+            raise AteomError(f"{path}: annotations.{key}: must be a string",
+                             code=ErrorCode.INVALID_ARGUMENT)
     if not isinstance(config.get("process"), dict):
         raise AteomError(f"{path}: process: required", code=ErrorCode.INVALID_ARGUMENT)
     return config

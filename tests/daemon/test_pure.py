@@ -405,7 +405,9 @@ def test_foreign_hooks_refused() -> None:
 
 
 @pytest.mark.parametrize("raw", [b"", b"{", b"[]", b'{"process": 1}', b'{"root": {}}',
-                                 b'{"process": {}, "annotations": []}'])
+                                 b'{"process": {}, "annotations": []}',
+                                 b'{"process": {}, "annotations": {"a": 1}}',
+                                 b'{"process": {}, "linux": []}', b'{"process": {}, "mounts": {}}'])
 def test_corrupt_config(raw: bytes) -> None:
     with pytest.raises(AteomError, match="/b/config.json") as err:
         bundles.parse_config(raw, "/b/config.json")

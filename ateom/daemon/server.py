@@ -105,8 +105,10 @@ def _accepts_connections(path: str) -> bool:
     probe.settimeout(1.0)
     try:
         probe.connect(path)
-    except OSError:  # ECONNREFUSED: nobody listens, the socket is stale
+    except (ConnectionRefusedError, FileNotFoundError):  # nobody listens: stale
         return False
+    except OSError:  # e.g. a busy listener timing out: someone is there
+        return True
     finally:
         probe.close()
     return True

@@ -280,10 +280,14 @@ def check_spec_libraries(f: Facts) -> CheckResult:
         return CheckResult(
             name,
             Status.FAIL,
-            f"{len(missing)} library mount source(s) do not exist",
+            f"{len(missing)} library mount source(s) missing or not regular files",
             fix="the spec names driver files this worker does not have: check "
             "ATEOM_NVIDIA_DRIVER_ROOT and regenerate the spec against it",
-            details=tuple(f"{lib.host_path} (for {lib.container_path})" for lib in missing),
+            details=tuple(
+                f"{lib.host_path} (for {lib.container_path})"
+                + (f": {lib.error}" if lib.error else "")
+                for lib in missing
+            ),
         )
     details = tuple(
         f"{lib.host_path}: {lib.error or 'no DT_SONAME'}" for lib in unreadable
@@ -394,6 +398,8 @@ def check_dry_run_injection(f: Facts) -> CheckResult:
     inj = f.injection
     if inj is None:
         return _skip(name, "nothing to inject (cdi-resolve)")
+    if inj.skipped:
+        return _skip(name, inj.skipped)
     if inj.error:
         return CheckResult(
             name,

@@ -76,9 +76,12 @@ class LibraryFact:
     origin: str
     host_path: str
     container_path: str
-    exists: bool
+    exists: bool  # a regular file (through symlinks) is there
     soname: str | None = None
-    error: str = ""  # why the SONAME could not be read
+    # Why the SONAME could not be read; when not `exists`, what is there instead
+    # ("No such file or directory", "a directory, not a regular file", ...).
+    error: str = ""
+    special: bool = False  # a FIFO, socket or device: reading it may block
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +102,7 @@ class InjectionFact:
     """A dry-run injection of the doctor's devices into a scratch bundle."""
 
     error: str = ""
+    skipped: str = ""  # why no dry run was attempted (the check names it)
     env: tuple[str, ...] = ()  # process.env after injection
     symlinks: tuple[tuple[str, str], ...] = ()  # (link path inside the rootfs, target)
 

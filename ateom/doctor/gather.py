@@ -292,10 +292,17 @@ def gather_libraries(resolution: Resolution) -> tuple[LibraryFact, ...]:
         for mount in step.edits.mounts:
             if ".so" not in os.path.basename(mount.container_path):
                 continue
-            if not os.path.isfile(mount.host_path):
-                out.append(
-                    LibraryFact(step.origin, mount.host_path, mount.container_path, False)
-                )
+            try:
+                mode = os.stat(mount.host_path).st_mode
+            except OSError as exc:
+                out.append(LibraryFact(step.origin, mount.host_path, mount.container_path,
+                                       False, error=exc.strerror or str(exc)))
+                continue
+            if not stat.S_ISREG(mode):
+                # Never opened: a FIFO or a tty would block the read.
+                out.append(LibraryFact(step.origin, mount.host_path, mount.container_path,
+                                       False, error=f"{_file_kind(mode)}, not a regular file",
+                                       special=not stat.S_ISDIR(mode)))
                 continue
             read = read_soname(mount.host_path)
             out.append(
@@ -309,6 +316,15 @@ def gather_libraries(resolution: Resolution) -> tuple[LibraryFact, ...]:
                 )
             )
     return tuple(out)
+
+
+def _file_kind(mode: int) -> str:
+    for test, kind in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return kind
+    return "not a file"
 
 
 def _supported_drivers(runsc_path: str, run: CommandRunner) -> tuple[str, ...] | None:
@@ -415,7 +431,13 @@ def gather(
         if spec.resolution is not None:
             nodes = gather_spec_nodes(spec.resolution)
             libraries = gather_libraries(spec.resolution)
-            injection = dry_run_injection(config, spec.resolution, scratch)
+            special = [lib.host_path for lib in libraries if lib.special]
+            if special:
+                # The injector reads every library's SONAME: it would block on these.
+                injection = InjectionFact(skipped=f"{', '.join(special)} cannot be read as a "
+                                          "library (spec-libraries)")
+            else:
+                injection = dry_run_injection(config, spec.resolution, scratch)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return Facts(

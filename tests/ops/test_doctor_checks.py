@@ -202,6 +202,19 @@ def test_libraries_missing_source_fails_core_without_soname_fails_other_warns() 
     assert r.status is Status.WARN and "ELFError" in r.details[0]
 
 
+def test_a_library_source_that_is_not_a_file_says_what_it_is_and_skips_the_dry_run() -> None:
+    f = healthy()
+    cuda, tls = f.libraries
+    fifo = replace(cuda, exists=False, soname=None, error="a FIFO, not a regular file",
+                   special=True)
+    skipped = InjectionFact(skipped=f"{cuda.host_path} cannot be read as a library")
+    report = judge(replace(f, libraries=(fifo, tls), injection=skipped))
+    r = report.result("spec-libraries")
+    assert r.status is Status.FAIL and r.details[0].endswith(": a FIFO, not a regular file")
+    inj = report.result("dry-run-injection")
+    assert inj.status is Status.SKIP and cuda.host_path in inj.summary
+
+
 def test_runsc_missing_fails_and_skips_its_dependents() -> None:
     report = judge(replace(healthy(), runsc=RunscFact("runsc", False, error="not found")))
     assert report.result("runsc").status is Status.FAIL

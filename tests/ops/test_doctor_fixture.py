@@ -284,3 +284,39 @@ def test_reaper_runner_reports_a_timeout_as_the_subprocess_runner_does() -> None
     done = subprocess.run([sys.executable, "-c", REAPER_TIMEOUT], cwd=REPO,
                           capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stdout + done.stderr[-2000:]
+
+
+def _point_library_at(worker: GpuWorker, stem: str, replacement: Path) -> None:
+    spec = json.loads(worker.spec_path.read_text())
+    for mount in spec["containerEdits"]["mounts"]:
+        if os.path.basename(mount["hostPath"]).startswith(stem):
+            mount["hostPath"] = str(replacement)
+    worker.spec_path.write_text(json.dumps(spec))
+
+
+def test_library_source_that_is_a_fifo_fails_spec_libraries_without_hanging(
+    gpu_worker: GpuWorker,
+) -> None:
+    # Reading a FIFO blocks until a writer comes: the doctor must say what it is,
+    # not wait (through the CLI, so a hang is a timeout here, not a stuck suite).
+    fifo = gpu_worker.root / "libcuda.so.fifo"
+    os.mkfifo(fifo)
+    _point_library_at(gpu_worker, "libcuda.so.", fifo)
+    done = _cli(gpu_worker, "--json")
+    doc = json.loads(done.stdout)
+    by_name = {c["name"]: c for c in doc["checks"]}
+    libs = by_name["spec-libraries"]
+    assert done.returncode == 1 and libs["status"] == "FAIL", done.stdout
+    assert any(str(fifo) in d and "not a regular file" in d for d in libs["details"]), libs
+    assert by_name["dry-run-injection"]["status"] == "SKIP"
+    assert "spec-libraries" in by_name["dry-run-injection"]["summary"]
+
+
+def test_library_source_that_is_a_directory_is_named_as_such(gpu_worker: GpuWorker) -> None:
+    somedir = gpu_worker.root / "libnvidia-ml.d"
+    somedir.mkdir()
+    _point_library_at(gpu_worker, "libnvidia-ml.so.", somedir)
+    report = run_doctor(gpu_worker.config())
+    r = report.result("spec-libraries")
+    assert r.status is Status.FAIL
+    assert any(str(somedir) in d and "directory" in d for d in r.details), r.details

@@ -320,3 +320,18 @@ def test_library_source_that_is_a_directory_is_named_as_such(gpu_worker: GpuWork
     r = report.result("spec-libraries")
     assert r.status is Status.FAIL
     assert any(str(somedir) in d and "directory" in d for d in r.details), r.details
+
+
+def test_configured_capabilities_flag_missing_from_runsc_fails_runsc_nvproxy(
+    gpu_worker: GpuWorker,
+) -> None:
+    # A runsc from before --nvproxy-allowed-driver-capabilities (2023 builds) with
+    # ATEOM_NVPROXY_CAPABILITIES set: every GPU actor would fail at create.
+    shim = gpu_worker.runsc.read_text()
+    line = next(ln for ln in shim.splitlines() if "nvproxy-allowed-driver-capabilities" in ln)
+    gpu_worker.runsc.write_text(shim.replace(line + "\n", ""))
+    report = run_doctor(gpu_worker.config(nvproxy_capabilities="compute,utility"))
+    assert_only_these_fail(report, "runsc-nvproxy")
+    assert "--nvproxy-allowed-driver-capabilities" in report.result("runsc-nvproxy").summary
+    # Unset, the same runsc is fine.
+    assert run_doctor(gpu_worker.config()).ok

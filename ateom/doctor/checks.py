@@ -186,7 +186,7 @@ def check_cdi_spec(f: Facts) -> CheckResult:
         kind = f.config.devices[0].partition("=")[0] if f.config.devices else "nvidia.com/gpu"
         # An invalid file is most likely the kind's own spec, which then
         # defines nothing: say so, or the operator looks for a missing file.
-        invalid = f" ({len(spec.errors)} invalid spec file(s) there)" if spec.errors else ""
+        invalid = f" ({len(spec.errors)} unreadable or invalid)" if spec.errors else ""
         why = f"; generating one failed: {spec.generate_error}" if spec.generate_error else ""
         return CheckResult(
             name,

@@ -146,7 +146,7 @@ def test_only_invalid_specs_fail_cdi_spec_naming_them_and_the_kind() -> None:
                 spec=SpecFact(errors=(error,)), spec_nodes=(), libraries=(), injection=None)
     r = judge(f).result("cdi-spec")
     assert r.status is Status.FAIL
-    assert "example.com/fpga" in r.summary and "1 invalid spec file(s)" in r.summary
+    assert "example.com/fpga" in r.summary and "(1 unreadable or invalid)" in r.summary
     assert r.details == (error,) and "ateom cdi validate" in r.fix
 
 

@@ -253,7 +253,7 @@ def test_invalid_gpu_spec_fails_cdi_spec_naming_the_file_and_field(
     report = run_doctor(gpu_worker.config())
     r = report.result("cdi-spec")
     assert r.status is Status.FAIL, render_text(report)
-    assert "1 invalid spec file(s)" in r.summary
+    assert "(1 unreadable or invalid)" in r.summary
     assert any(str(gpu_worker.spec_path) in d and "kind" in d for d in r.details), r.details
 
 
@@ -335,3 +335,13 @@ def test_configured_capabilities_flag_missing_from_runsc_fails_runsc_nvproxy(
     assert "--nvproxy-allowed-driver-capabilities" in report.result("runsc-nvproxy").summary
     # Unset, the same runsc is fine.
     assert run_doctor(gpu_worker.config()).ok
+
+
+def test_unlistable_spec_dir_fails_cdi_spec_naming_it(gpu_worker: GpuWorker) -> None:
+    # ATEOM_CDI_SPEC_DIRS pointing at a file (as root, the stand-in for a dir
+    # this user cannot list): the same registry error, shown, not a crash.
+    report = run_doctor(gpu_worker.config(spec_dirs=(str(gpu_worker.spec_path),)))
+    r = report.result("cdi-spec")
+    assert r.status is Status.FAIL, render_text(report)
+    assert any(d.startswith(str(gpu_worker.spec_path)) and "cannot list spec directory" in d
+               for d in r.details), r.details

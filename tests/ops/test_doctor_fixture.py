@@ -231,15 +231,24 @@ def test_hanging_runsc_fails_runsc_after_one_probe_timeout(gpu_worker: GpuWorker
     assert log.read_text().splitlines() == ["--version"]
 
 
+def _alive(pid: int) -> bool:
+    """Running (not gone, not a zombie waiting for its reaper); reads /proc."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
 def test_hanging_runsc_is_killed_with_its_children(gpu_worker: GpuWorker) -> None:
     # The shim's `sleep` is a grandchild of the doctor: it must not outlive the probe.
     log = gpu_worker.root / "runsc-calls"
-    gpu_worker.runsc.write_text(HANGING_RUNSC.format(log=log).replace("sleep 1000",
-                                                                      "sleep 1000 & wait"))
+    pids = gpu_worker.root / "runsc-pids"
+    gpu_worker.runsc.write_text(HANGING_RUNSC.format(log=log).replace(
+        "sleep 1000", f"echo $$ >> {pids}\nsleep 1000 &\necho $! >> {pids}\nwait"))
     run_doctor(gpu_worker.config(probe_timeout=0.5))
-    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, check=True)
-    assert str(gpu_worker.runsc) not in ps.stdout
-    assert "sleep 1000" not in ps.stdout
+    shim, sleeper = (int(p) for p in pids.read_text().split())
+    assert not _alive(shim) and not _alive(sleeper)
 
 
 def test_invalid_gpu_spec_fails_cdi_spec_naming_the_file_and_field(

@@ -68,11 +68,16 @@ def parse_version(text: str) -> str:
 
 _PROBED_COMMANDS = ("create", "restore", "checkpoint", "events")
 
+# Seconds one probe command may take. Each is a help or version printout that
+# takes milliseconds; a binary that hangs here must not stall startup for
+# minutes (there are six probe commands).
+PROBE_TIMEOUT = 10.0
+
 
 def _subprocess_runner(argv: Sequence[str]) -> tuple[int, str]:
     done = subprocess.run(
         list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True, timeout=60, check=False,
+        stderr=subprocess.STDOUT, text=True, timeout=PROBE_TIMEOUT, check=False,
     )
     return done.returncode, done.stdout
 
@@ -101,6 +106,14 @@ def probe_runsc(path: str, runner: Runner | None = None) -> RunscInfo:
     run = runner or _subprocess_runner
     try:
         code, version_out = run([resolved, "--version"])
+        # Judge the binary on its first answer: something that is not runsc
+        # (or hangs) must not cost five more probe commands and their timeouts.
+        if code != 0 or "runsc version" not in version_out:
+            raise AteomError(
+                f"runsc {resolved}: `--version` did not answer like runsc "
+                f"(exit {code}): {version_out[-500:]!r}",
+                code=ErrorCode.FAILED_PRECONDITION,
+            )
         _, flags_out = run([resolved, "flags"])
         commands = []
         for command in _PROBED_COMMANDS:
@@ -110,11 +123,6 @@ def probe_runsc(path: str, runner: Runner | None = None) -> RunscInfo:
         raise AteomError(
             f"runsc {resolved}: probing failed: {exc}", code=ErrorCode.FAILED_PRECONDITION
         ) from exc
-    if code != 0 or "runsc version" not in version_out:
-        raise AteomError(
-            f"runsc {resolved}: `--version` did not answer like runsc: {version_out[-500:]!r}",
-            code=ErrorCode.FAILED_PRECONDITION,
-        )
     info = RunscInfo(
         path=resolved,
         version=parse_version(version_out),

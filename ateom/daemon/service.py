@@ -58,7 +58,7 @@ from ateom.daemon.runsc import (
     RunscTarget,
     sandbox_root_id,
 )
-from ateom.daemon.runsc_probe import RunscInfo, probe_runsc
+from ateom.daemon.runsc_probe import PROBE_TIMEOUT, RunscInfo, probe_runsc
 from ateom.errors import AteomError, ErrorCode
 
 log = structlog.get_logger("ateom.service")
@@ -263,7 +263,7 @@ class AteomService:
 
     def probe(self, path: str) -> RunscInfo:
         def runner(argv: Sequence[str]) -> tuple[int, str]:
-            done = self.reaper.run_capture(argv, timeout=60)
+            done = self.reaper.run_capture(argv, timeout=PROBE_TIMEOUT)
             return done.returncode, done.output
 
         return probe_runsc(path, runner)

@@ -10,6 +10,7 @@ every actor's bundle, so reads are cached by file identity.
 from __future__ import annotations
 
 import os
+import stat
 import struct
 import threading
 from collections import OrderedDict
@@ -50,10 +51,29 @@ def read_soname(path: str) -> SonameRead:
     whole GPU (the caller skips its link and logs why).
     """
     try:
-        with open(path, "rb") as f:
+        # O_NONBLOCK: a FIFO planted as a "library" must not hang the caller
+        # (the daemon, on an actor's cold start) in open(); fstat then refuses
+        # anything that is not a regular file before a byte is read.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            mode = os.fstat(fd).st_mode
+            if not stat.S_ISREG(mode):
+                os.close(fd)
+                return SonameRead(soname=None, error=_not_regular(mode))
+            f = os.fdopen(fd, "rb")
+        except BaseException:
+            os.close(fd)
+            raise
+        with f:
             return _read_dynamic_soname(f)
     except _READ_ERRORS as e:
         return SonameRead(soname=None, error=f"{type(e).__name__}: {e}")
+
+
+def _not_regular(mode: int) -> str:
+    kind = ("a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode)
+            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a special file")
+    return f"not a regular file ({kind})"
 
 
 def read_soname_elffile(path: str) -> SonameRead:
@@ -177,6 +197,8 @@ class SonameCache:
             return SonameRead(soname=None, error=f"{type(e).__name__}: {e.strerror}")
         except ValueError as e:  # a NUL in the path: not a file at all
             return SonameRead(soname=None, error=f"{type(e).__name__}: {e}")
+        if not stat.S_ISREG(st.st_mode):
+            return SonameRead(soname=None, error=_not_regular(st.st_mode))
         key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
         with self._lock:
             found = self._entries.get(key)

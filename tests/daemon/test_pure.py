@@ -27,7 +27,7 @@ from ateom.daemon.requests import (
     TerminateRequest,
     VolumeMountRequest,
 )
-from ateom.daemon.runsc_probe import RunscInfo, parse_flags, parse_version
+from ateom.daemon.runsc_probe import RunscInfo, parse_flags, parse_version, probe_runsc
 from ateom.errors import AteomError, ErrorCode
 
 ROOT = "/srv/actors"
@@ -479,6 +479,25 @@ def test_probe_parsing() -> None:
     assert info.supports_nvproxy and info.supports("--nvproxy")
     assert info.supports("restore:background") and not info.supports("create:background")
     assert not info.restore_needs_create
+
+
+def test_probe_judges_the_binary_on_its_version_answer_first(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # A binary that is not runsc (or hangs and times out) costs one probe
+    # command, not six: each would wait out its own timeout.
+    fake = tmp_path / "not-runsc"
+    fake.write_text("#!/bin/sh\nexit 0\n")
+    fake.chmod(0o755)
+    calls: list[list[str]] = []
+
+    def runner(cmd):  # type: ignore[no-untyped-def]
+        calls.append(list(cmd))
+        return -9, ""  # what a timed-out child reports
+
+    with pytest.raises(AteomError) as err:
+        probe_runsc(str(fake), runner)
+    assert err.value.code is ErrorCode.FAILED_PRECONDITION
+    assert "did not answer like runsc (exit -9)" in str(err.value)
+    assert calls == [[str(fake), "--version"]]
 
 
 DEBIAN = RunscInfo("/usr/bin/runsc", "0.0~20221219.0", frozenset({"root", "log"}),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -152,3 +153,25 @@ def test_truncated_anywhere_never_gives_a_wrong_soname(elf_dir: Path, tmp_path: 
         assert read.soname in (None, "libgood.so.1"), size
         if read.soname is None:
             assert read.error, size
+
+
+def _within(seconds: float, fn, *args):  # type: ignore[no-untyped-def]
+    """fn(*args), failing (not hanging) if it blocks longer than `seconds`."""
+    box: list[object] = []
+    worker = threading.Thread(target=lambda: box.append(fn(*args)), daemon=True)
+    worker.start()
+    worker.join(seconds)
+    assert box, f"{fn.__name__} blocked for over {seconds} s"
+    return box[0]
+
+
+def test_a_fifo_or_directory_is_refused_without_blocking(tmp_path: Path) -> None:
+    # A FIFO named like a library would block a plain open() forever (no
+    # writer): the daemon's cold start and `ateom doctor` would hang on it.
+    fifo = tmp_path / "libcuda.so.580.65.06"
+    os.mkfifo(fifo)
+    read = _within(10, read_soname, str(fifo))
+    assert read == SonameRead(None, "not a regular file (a FIFO)")
+    cached = _within(10, SonameCache().lookup, str(fifo))
+    assert cached == SonameRead(None, "not a regular file (a FIFO)")
+    assert read_soname(str(tmp_path)) == SonameRead(None, "not a regular file (a directory)")

@@ -304,6 +304,10 @@ def _decode_yaml(text: str, path: str) -> Any:
         loader = _DeepYamlLoader if deep else _SpecYamlLoader
         return yaml.load(text, Loader=loader)  # noqa: S506 - safe loader subclasses
     except yaml.MarkedYAMLError as exc:
+        if "maximum nesting depth" in (exc.problem or ""):
+            # PyYAML >= 6.0.4 caps nesting in its parser; one message for
+            # "too deep" whichever layer noticed it.
+            raise SpecError(path, "document is nested too deeply") from None
         raise SpecError(path, f"invalid YAML: {_yaml_problem(exc)}") from None
     except yaml.reader.ReaderError as exc:
         # A character YAML forbids; PyYAML's own text spans two lines.

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from ateom.doctor import CHECK_NAMES, Report, Status, render_text, run_doctor
@@ -248,6 +249,11 @@ def test_hanging_runsc_is_killed_with_its_children(gpu_worker: GpuWorker) -> Non
         "sleep 1000", f"echo $$ >> {pids}\nsleep 1000 &\necho $! >> {pids}\nwait"))
     run_doctor(gpu_worker.config(probe_timeout=0.5))
     shim, sleeper = (int(p) for p in pids.read_text().split())
+    # SIGKILL to the group is delivered at once but acted on asynchronously:
+    # wait (bounded) for the kernel to finish them rather than race it.
+    deadline = time.monotonic() + 10
+    while (_alive(shim) or _alive(sleeper)) and time.monotonic() < deadline:
+        time.sleep(0.02)
     assert not _alive(shim) and not _alive(sleeper)
 
 

@@ -38,6 +38,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from ateom._proto import ateom_pb2 as pb
 from ateom._proto import ateom_pb2_grpc as pb_grpc
+from ateom.daemon.logs import configure_logging
 from ateom.daemon.reaper import Reaper
 from ateom.testing import build_busybox_bundle, build_fake_driver_libs, write_sim_gpu_spec
 
@@ -247,6 +248,9 @@ def main() -> int:
     parser.add_argument("-n", type=int, default=5, help="iterations per figure")
     parser.add_argument("--keep", action="store_true", help="keep the work dir (logs)")
     args = parser.parse_args()
+    # The in-process reaper logs every reaped child at debug level: keep the
+    # figures readable (the daemon under test logs to its own file).
+    configure_logging("console", "warning")
     if os.geteuid() != 0 or not shutil.which("runsc"):
         print("bench_daemon: needs root and runsc", file=sys.stderr)
         return 2

@@ -557,6 +557,30 @@ class AteomService:
 
     # -- lifecycle ---------------------------------------------------------
 
+    def _admit_and_host(self, req: RunRequest | RestoreRequest, op: Op, info: RunscInfo,
+              image: str | None, *, discard_image: bool = False) -> SandboxPlan:
+        """Admit the actor, plan its bundles, and host its sandbox (restored from
+        `image` when given; the image is removed once restored if
+        `discard_image`, still under the actor's lock). Shared by Run and
+        Restore so admission, rollback of the hosting table and the lock's
+        release live in one place."""
+        uid = req.actor.actor_uid
+        actor = self._admit(req.actor, op)
+        try:
+            with phase("plan"):
+                plan = self._plan(uid, req.dirs.oci_bundle_dir, req.containers, info,
+                                  cpu_milli=req.cpu_milli, memory_bytes=req.memory_bytes)
+            self._host(actor, Sandbox(self._runsc(uid, info), plan,
+                                      originals=self._originals_dir(uid)), image)
+            if image is not None and discard_image:
+                shutil.rmtree(image, ignore_errors=True)
+            return plan
+        except BaseException:
+            self.actors.remove(actor)
+            raise
+        finally:
+            actor.lock.release()
+
     def run_workload(self, req: RunRequest) -> None:
         with self._call(Op.RUN, req.actor.actor_uid, admits=True):
             with phase("validate"):
@@ -564,22 +588,9 @@ class AteomService:
                                      pause=self.config.pause_container)
                 info = self._check_runsc(req.runsc_path)
                 validation.check_dirs_on_disk(req.dirs, self.config.actors_root)
-            actor = self._admit(req.actor, Op.RUN)
-            try:
-                with phase("plan"):
-                    plan = self._plan(req.actor.actor_uid, req.dirs.oci_bundle_dir,
-                                      req.containers, info, cpu_milli=req.cpu_milli,
-                                      memory_bytes=req.memory_bytes)
-                self._host(actor, Sandbox(self._runsc(req.actor.actor_uid, info), plan,
-                                          originals=self._originals_dir(req.actor.actor_uid)),
-                           None)
-                log.info("actor_running", containers=list(plan.container_names),
-                         devices=list(plan.devices), nvproxy=plan.gpu)
-            except BaseException:
-                self.actors.remove(actor)
-                raise
-            finally:
-                actor.lock.release()
+            plan = self._admit_and_host(req, Op.RUN, info, None)
+            log.info("actor_running", containers=list(plan.container_names),
+                     devices=list(plan.devices), nvproxy=plan.gpu)
 
     def restore_workload(self, req: RestoreRequest) -> None:
         with self._call(Op.RESTORE, req.actor.actor_uid, admits=True):
@@ -592,31 +603,17 @@ class AteomService:
                 if not os.path.isdir(image) or not os.listdir(image):
                     raise AteomError(f"actor_dirs.restore_dir {image}: missing or empty",
                                      code=ErrorCode.FAILED_PRECONDITION)
-            actor = self._admit(req.actor, Op.RESTORE)
             try:
-                with phase("plan"):
-                    plan = self._plan(req.actor.actor_uid, req.dirs.oci_bundle_dir,
-                                      req.containers, info, cpu_milli=req.cpu_milli,
-                                      memory_bytes=req.memory_bytes)
-                self._host(actor, Sandbox(self._runsc(req.actor.actor_uid, info), plan,
-                                          originals=self._originals_dir(req.actor.actor_uid)),
-                           image)
-                if not req.preserve_restore_dir:
-                    shutil.rmtree(image, ignore_errors=True)
-                log.info("actor_restored", containers=list(plan.container_names),
-                         devices=list(plan.devices), nvproxy=plan.gpu)
+                plan = self._admit_and_host(req, Op.RESTORE, info, image,
+                                            discard_image=not req.preserve_restore_dir)
             except RunscError as exc:
-                self.actors.remove(actor)
                 raise AteomError(
                     f"restore of actor {req.actor.actor_uid} failed in runsc and was cleaned"
                     f" up: {exc}",
                     code=ErrorCode.INTERNAL,
                 ) from exc
-            except BaseException:
-                self.actors.remove(actor)
-                raise
-            finally:
-                actor.lock.release()
+            log.info("actor_restored", containers=list(plan.container_names),
+                     devices=list(plan.devices), nvproxy=plan.gpu)
 
     def checkpoint_workload(self, req: CheckpointRequest) -> CheckpointResult:
         uid = req.actor.actor_uid

@@ -285,7 +285,7 @@ def gather_spec_nodes(resolution: Resolution) -> tuple[SpecNodeFact, ...]:
 
 def gather_libraries(resolution: Resolution) -> tuple[LibraryFact, ...]:
     """Each mounted library's source and SONAME (reads ELF with the injector's reader)."""
-    from ateom.inject.soname import read_soname
+    from ateom.inject.soname import file_kind, read_soname
 
     out = []
     for step in resolution.steps:
@@ -301,7 +301,7 @@ def gather_libraries(resolution: Resolution) -> tuple[LibraryFact, ...]:
             if not stat.S_ISREG(mode):
                 # Never opened: a FIFO or a tty would block the read.
                 out.append(LibraryFact(step.origin, mount.host_path, mount.container_path,
-                                       False, error=f"{_file_kind(mode)}, not a regular file",
+                                       False, error=f"{file_kind(mode)}, not a regular file",
                                        special=not stat.S_ISDIR(mode)))
                 continue
             read = read_soname(mount.host_path)
@@ -316,15 +316,6 @@ def gather_libraries(resolution: Resolution) -> tuple[LibraryFact, ...]:
                 )
             )
     return tuple(out)
-
-
-def _file_kind(mode: int) -> str:
-    for test, kind in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
-                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device")):
-        if test(mode):
-            return kind
-    return "not a file"
 
 
 def _supported_drivers(runsc_path: str, run: CommandRunner) -> tuple[str, ...] | None:

@@ -70,10 +70,18 @@ def read_soname(path: str) -> SonameRead:
         return SonameRead(soname=None, error=f"{type(e).__name__}: {e}")
 
 
+def file_kind(mode: int) -> str:
+    """What a non-regular file is, for messages ("a FIFO", "a directory", ...)."""
+    for test, kind in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return kind
+    return "not a file"
+
+
 def _not_regular(mode: int) -> str:
-    kind = ("a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode)
-            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a special file")
-    return f"not a regular file ({kind})"
+    return f"not a regular file ({file_kind(mode)})"
 
 
 def read_soname_elffile(path: str) -> SonameRead:

@@ -1,10 +1,27 @@
 #!/usr/bin/env bash
-# Install everything ateom, its demo and its tests need, on a fresh Debian machine (as root).
-# Idempotent: skips what is already there.
+# Install everything ateom, its demo and its tests need, on a fresh Debian/Ubuntu machine
+# (as root): apt packages, then a project virtualenv (.venv) with ateom in editable mode.
+#
+# A virtualenv, not the system python's site-packages: stock Debian 12/13 and Ubuntu 24.04
+# mark their python3 "externally managed" (PEP 668) and refuse `pip install`. Every
+# script runs ateom through .venv (scripts/venv.sh puts it first on PATH).
+# Idempotent: skips what is already there; always re-installs this tree (a fresh clone
+# must not run an older checkout's code through the `ateom` console script).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+PYTHON=${PYTHON:-python3}
+VENV=${ATEOM_VENV:-.venv}
+
 APT_PACKAGES=(runsc runc busybox-static gcc libc6-dev procps)
+if ! command -v "$PYTHON" >/dev/null 2>&1; then
+    PYTHON=python3
+    APT_PACKAGES+=(python3 python3-venv)
+elif [ ! -x "$VENV/bin/python" ] && ! "$PYTHON" -c 'import ensurepip, venv' >/dev/null 2>&1; then
+    # Debian and Ubuntu ship venv's pip bootstrap (ensurepip) apart from python3.
+    APT_PACKAGES+=(python3-venv)
+fi
+
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
@@ -19,9 +36,10 @@ if ((${#missing[@]})); then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-PYTHON=${PYTHON:-python3}
-# Always (re)install this tree in editable mode: a fresh clone must not run an
-# older checkout's code through the `ateom` console script.
-if ! "$PYTHON" -m pip install -q --disable-pip-version-check --no-build-isolation -e '.[test]' 2>/dev/null; then
-    "$PYTHON" -m pip install -q --disable-pip-version-check -e '.[test]'
+# A venv left by another python (or half-made) is made again.
+if ! "$VENV/bin/python" -c 'import sys; sys.exit(sys.prefix == sys.base_prefix)' >/dev/null 2>&1; then
+    echo "bootstrap: python venv $VENV (from $(command -v "$PYTHON"))" >&2
+    rm -rf "$VENV"
+    "$PYTHON" -m venv "$VENV"
 fi
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check -e '.[test]'

@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
-PYTHON=${PYTHON:-python3}
+. scripts/venv.sh
 [ "$(id -u)" -eq 0 ] || { echo "demo: run as root (runsc needs it)" >&2; exit 1; }
 
 DEMO=$(mktemp -d /tmp/ateom-demo.XXXXXX)

@@ -3,7 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
-PYTHON=${PYTHON:-python3}
+. scripts/venv.sh
 "$PYTHON" -m ruff check ateom tests benchmarks
 "$PYTHON" -m mypy
 exec "$PYTHON" -m pytest -q "$@"

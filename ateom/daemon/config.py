@@ -31,6 +31,9 @@ class DaemonConfig:
     actors_root: str
     socket: str = DEFAULT_SOCKET
     listen: str = ""
+    tls_cert: str = ""
+    tls_key: str = ""
+    tls_client_ca: str = ""
     runsc: str = "runsc"
     runsc_dir: str = ""
     runsc_global_flags: tuple[str, ...] = ()
@@ -70,7 +73,12 @@ class DaemonConfig:
 # (flag, env twin, kind, default, help). kind: str|int|float|list-colon|list-space.
 _FLAGS: tuple[tuple[str, str, str, object, str], ...] = (
     ("--socket", "ATEOM_SOCKET", "str", DEFAULT_SOCKET, "unix socket to serve gRPC on"),
-    ("--listen", "ATEOM_LISTEN", "str", "", "also serve on TCP HOST:PORT (off unless set)"),
+    ("--listen", "ATEOM_LISTEN", "str", "",
+     "also serve on TCP HOST:PORT, over TLS only (needs --tls-cert, --tls-key, --tls-client-ca)"),
+    ("--tls-cert", "ATEOM_TLS_CERT", "str", "", "PEM server certificate (chain) for --listen"),
+    ("--tls-key", "ATEOM_TLS_KEY", "str", "", "PEM private key of --tls-cert (unencrypted)"),
+    ("--tls-client-ca", "ATEOM_TLS_CLIENT_CA", "str", "",
+     "PEM CA certificate(s): --listen serves only clients with a certificate they signed"),
     ("--actors-root", "ATEOM_ACTORS_ROOT", "str", "", "every ActorDirs path must be under it"),
     ("--runsc", "ATEOM_RUNSC", "str", "runsc", "the runsc binary ateom executes"),
     ("--runsc-dir", "ATEOM_RUNSC_DIR", "str", "",

@@ -315,6 +315,12 @@ class GetWorkloadStatsRequest(_message.Message):
     actor_uid: str
     def __init__(self, actor_uid: _Optional[str] = ...) -> None: ...
 
+class GetWorkloadStatsResponse(_message.Message):
+    __slots__ = ("sample",)
+    SAMPLE_FIELD_NUMBER: _ClassVar[int]
+    sample: WorkloadStatsSample
+    def __init__(self, sample: _Optional[_Union[WorkloadStatsSample, _Mapping]] = ...) -> None: ...
+
 class GetActiveWorkloadStatsRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...

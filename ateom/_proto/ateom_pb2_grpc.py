@@ -57,7 +57,7 @@ class AteomStub:
         self.GetWorkloadStats = channel.unary_unary(
                 '/ateom.Ateom/GetWorkloadStats',
                 request_serializer=ateom__pb2.GetWorkloadStatsRequest.SerializeToString,
-                response_deserializer=ateom__pb2.WorkloadStatsSample.FromString,
+                response_deserializer=ateom__pb2.GetWorkloadStatsResponse.FromString,
                 _registered_method=True)
         self.GetActiveWorkloadStats = channel.unary_unary(
                 '/ateom.Ateom/GetActiveWorkloadStats',
@@ -131,7 +131,7 @@ def add_AteomServicer_to_server(servicer, server):
             'GetWorkloadStats': grpc.unary_unary_rpc_method_handler(
                     servicer.GetWorkloadStats,
                     request_deserializer=ateom__pb2.GetWorkloadStatsRequest.FromString,
-                    response_serializer=ateom__pb2.WorkloadStatsSample.SerializeToString,
+                    response_serializer=ateom__pb2.GetWorkloadStatsResponse.SerializeToString,
             ),
             'GetActiveWorkloadStats': grpc.unary_unary_rpc_method_handler(
                     servicer.GetActiveWorkloadStats,
@@ -273,7 +273,7 @@ class Ateom:
             target,
             '/ateom.Ateom/GetWorkloadStats',
             ateom__pb2.GetWorkloadStatsRequest.SerializeToString,
-            ateom__pb2.WorkloadStatsSample.FromString,
+            ateom__pb2.GetWorkloadStatsResponse.FromString,
             options,
             channel_credentials,
             insecure,

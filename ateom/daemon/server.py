@@ -1,8 +1,9 @@
 """gRPC server: the Ateom servicer (thin translation), health, reflection, draining.
 
 `serve(config)` is `ateom serve`: a unix socket (parent dir 0700, socket
-0660, a stale socket replaced, removed on exit), TCP only with --listen,
-health SERVING once ready and NOT_SERVING while draining, and on
+0660, a stale socket replaced, removed on exit; plaintext, the modes are its
+access control), TCP only with --listen and then only over TLS with client
+certificates (`tcp_credentials`), health SERVING once ready and NOT_SERVING while draining, and on
 SIGTERM/SIGINT a drain (see `AteomService.drain`) then exit 0.
 """
 
@@ -12,6 +13,7 @@ import contextlib
 import os
 import signal
 import socket
+import ssl
 import stat
 import threading
 import time
@@ -26,10 +28,10 @@ from grpc_reflection.v1alpha import reflection
 
 from ateom._proto import ateom_pb2 as pb
 from ateom._proto import ateom_pb2_grpc as pb_grpc
-from ateom.daemon import wire
+from ateom.daemon import validation, wire
 from ateom.daemon.config import DaemonConfig
 from ateom.daemon.inspect import InspectServicer
-from ateom.daemon.rpc import rpc
+from ateom.daemon.rpc import add_servicer, rpc
 from ateom.daemon.service import AteomService
 from ateom.errors import AteomError, ErrorCode
 
@@ -69,7 +71,8 @@ class AteomServicer(pb_grpc.AteomServicer):
 
     @rpc("GetWorkloadStats")
     def GetWorkloadStats(self, request: Any, context: grpc.ServicerContext) -> Any:
-        return wire.stats_sample(self.service.workload_stats(request.actor_uid))
+        validation.check_actor_uid(request.actor_uid)
+        return wire.stats_response(self.service.workload_stats(request.actor_uid))
 
     @rpc("GetActiveWorkloadStats")
     def GetActiveWorkloadStats(self, request: Any, context: grpc.ServicerContext) -> Any:
@@ -114,6 +117,75 @@ def _accepts_connections(path: str) -> bool:
     return True
 
 
+_TLS_FLAGS = ("--tls-cert", "--tls-key", "--tls-client-ca")
+# A PEM file bigger than this is not a certificate, key or CA bundle.
+_PEM_MAX = 1 << 20
+
+
+def tcp_credentials(config: DaemonConfig) -> grpc.ServerCredentials | None:
+    """TLS credentials for --listen, demanding a client certificate the client CA
+    signed; None without --listen. (Reads the three files.)
+
+    Plain TCP is refused: the lifecycle API can terminate any actor, and a
+    TCP port is open to every local user (and, on the Pod IP, the network).
+    """
+    paths = dict(zip(_TLS_FLAGS, (config.tls_cert, config.tls_key, config.tls_client_ca),
+                     strict=True))
+    if not config.listen:
+        given = [flag for flag, path in paths.items() if path]
+        if given:
+            raise validation.invalid(f"{', '.join(given)}: only used with --listen (the unix"
+                                     " socket is plaintext)")
+        return None
+    missing = [flag for flag, path in paths.items() if not path]
+    if missing:
+        raise validation.invalid(
+            f"--listen {validation.quote(config.listen)}: TCP is served only over TLS with"
+            f" client certificates; missing {', '.join(missing)}")
+    cert, key, ca = (_read_pem(flag, path) for flag, path in paths.items())
+    _check_tls_files(config)
+    return grpc.ssl_server_credentials([(key, cert)], root_certificates=ca,
+                                       require_client_auth=True)
+
+
+def _read_pem(flag: str, path: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            data = f.read(_PEM_MAX + 1)
+    except OSError as exc:
+        raise AteomError(f"{flag} {validation.quote(path)}: cannot read: {exc.strerror}",
+                         code=ErrorCode.FAILED_PRECONDITION) from None
+    want = b"PRIVATE KEY-----" if flag == "--tls-key" else b"-----BEGIN CERTIFICATE-----"
+    if len(data) > _PEM_MAX or want not in data:
+        raise validation.invalid(f"{flag} {validation.quote(path)}: not a PEM file with a"
+                                 f" {'private key' if flag == '--tls-key' else 'certificate'}")
+    return data
+
+
+def _no_password() -> bytes:
+    # Without a callback OpenSSL would prompt on the terminal for an encrypted key.
+    raise ValueError("the key is encrypted")
+
+
+def _check_tls_files(config: DaemonConfig) -> None:
+    """Parse the certificate, key and CA with OpenSSL (Python's ssl): grpc itself
+    only fails the bind, as "Failed to bind", with the reason in its C log."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        context.load_cert_chain(config.tls_cert, config.tls_key, password=_no_password)
+    except (ssl.SSLError, ValueError) as exc:
+        raise validation.invalid(
+            f"--tls-cert {validation.quote(config.tls_cert)} and --tls-key"
+            f" {validation.quote(config.tls_key)}: not a certificate and its unencrypted"
+            f" private key ({getattr(exc, 'reason', None) or exc})") from None
+    try:
+        context.load_verify_locations(cafile=config.tls_client_ca)
+    except (ssl.SSLError, ValueError) as exc:
+        raise validation.invalid(
+            f"--tls-client-ca {validation.quote(config.tls_client_ca)}: not a CA certificate"
+            f" ({getattr(exc, 'reason', None) or exc})") from None
+
+
 @dataclass
 class RunningServer:
     server: grpc.Server
@@ -135,7 +207,8 @@ class RunningServer:
 
 
 def start_server(config: DaemonConfig, service: AteomService) -> RunningServer:
-    """Bind, register services, start; health SERVING. (Binds sockets.)"""
+    """Bind, register services, start; health SERVING. (Reads the TLS files, binds sockets.)"""
+    tcp_creds = tcp_credentials(config)  # before anything is bound or created
     prepare_socket(config.socket)
     os.makedirs(config.state_root, mode=0o700, exist_ok=True)
     os.makedirs(config.log_root, mode=0o750, exist_ok=True)
@@ -143,8 +216,8 @@ def start_server(config: DaemonConfig, service: AteomService) -> RunningServer:
         futures.ThreadPoolExecutor(max_workers=max(8, config.max_actors * 4),
                                    thread_name_prefix="rpc"),
     )
-    pb_grpc.add_AteomServicer_to_server(AteomServicer(service), server)
-    pb_grpc.add_InspectServicer_to_server(InspectServicer(service), server)
+    add_servicer(server, AteomServicer(service), pb.DESCRIPTOR.services_by_name["Ateom"])
+    add_servicer(server, InspectServicer(service), pb.DESCRIPTOR.services_by_name["Inspect"])
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
@@ -159,9 +232,9 @@ def start_server(config: DaemonConfig, service: AteomService) -> RunningServer:
         os.umask(old_umask)
     os.chmod(config.socket, 0o660)
     tcp_port = None
-    if config.listen:
+    if tcp_creds is not None:
         try:
-            tcp_port = server.add_insecure_port(config.listen) or None
+            tcp_port = server.add_secure_port(config.listen, tcp_creds) or None
         except RuntimeError:  # grpc raises on a failed bind (older versions return 0)
             pass
         if tcp_port is None:

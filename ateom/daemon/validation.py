@@ -1,7 +1,10 @@
 """Pure checks of a request, run before anything touches the disk or runsc.
 
 Each check raises `AteomError` with the gRPC code the node agent should see
-and a message naming the field. Nothing here stats a file: the one check
+and a message naming the field; an input echoed in a message goes through
+`quote`, so a 1 MiB field still gets its short reason back (an unbounded one
+overflows gRPC's status metadata and the caller only sees "metadata size
+exceeds hard limit"). Nothing here stats a file: the one check
 that must (symlinks escaping --actors-root) is `check_dirs_on_disk`, an I/O
 function kept next to its pure sibling.
 """
@@ -34,6 +37,24 @@ _SAFE_UID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 # become runsc container ids and bundle sub-directories; a leading "_" is
 # impossible, so no app container can be mistaken for the pause container.
 _CONTAINER_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+# How much of an input a message quotes.
+QUOTE_LIMIT = 200
+# Linux's PATH_MAX, NUL included: a longer path cannot be opened, and
+# messages later in a call echo paths that passed these checks.
+_PATH_MAX = 4096
+
+
+def bounded(value: str, limit: int = QUOTE_LIMIT) -> str:
+    """`value`, cut to `limit` characters with a trailing '…' when longer."""
+    return value if len(value) <= limit else value[:limit] + "…"
+
+
+def quote(value: str, limit: int = QUOTE_LIMIT) -> str:
+    """`value` as a message quotes it: repr of at most `limit` characters, then its
+    length when cut, e.g. ``'abc…' (1048576 chars)``."""
+    if len(value) <= limit:
+        return repr(value)
+    return f"{bounded(value, limit)!r} ({len(value)} chars)"
 
 
 def invalid(message: str) -> AteomError:
@@ -44,20 +65,37 @@ def unimplemented(field: str, why: str = "not supported by ateom") -> AteomError
     return AteomError(f"{field} is set but {why}", code=ErrorCode.UNIMPLEMENTED)
 
 
-def check_actor(actor: ActorRef) -> None:
-    if not actor.actor_uid:
+def check_no_nul(field: str, value: str) -> None:
+    """No NUL character: every request string ends up in a path, an argv, a log
+    line or a message, and the OS refuses a NUL in the first two (Python then
+    raises ValueError "embedded null byte", which would read as INTERNAL)."""
+    if "\0" in value:
+        raise invalid(f"{field} {quote(value)}: must not contain a NUL character")
+
+
+def check_actor_uid(uid: str) -> None:
+    if not uid:
         raise invalid("actor_uid: required")
-    if not _SAFE_UID.match(actor.actor_uid) or ".." in actor.actor_uid:
+    if not _SAFE_UID.match(uid) or ".." in uid:
         raise invalid(
-            f"actor_uid {actor.actor_uid!r}: must be 1-128 letters, digits, '.', '_' or '-',"
+            f"actor_uid {quote(uid)}: must be 1-128 letters, digits, '.', '_' or '-',"
             " starting with a letter or digit"
         )
+
+
+def check_actor(actor: ActorRef) -> None:
+    check_actor_uid(actor.actor_uid)
+    for name in ("atespace", "actor_name", "actor_template_atespace", "actor_template_name"):
+        check_no_nul(name, getattr(actor, name))
 
 
 def check_device_name(field: str, name: str) -> None:
     try:
         parse_qualified_name(name)
     except QualifiedNameError as exc:
+        if len(name) > QUOTE_LIMIT:  # the parser's own message quotes all of it
+            raise invalid(f"{field} {quote(name)}: not a qualified CDI device name"
+                          " (vendor.com/class=name)") from None
         raise invalid(f"{field}: {exc}") from None
 
 
@@ -67,13 +105,14 @@ def check_containers(containers: Sequence[ContainerRequest], *, pause: str = "_p
         where = f"spec.containers[{i}]"
         if not _CONTAINER_NAME.match(c.name):
             raise invalid(
-                f"{where}.name {c.name!r}: must be a DNS-1123 label"
+                f"{where}.name {quote(c.name)}: must be a DNS-1123 label"
                 " (lowercase letters, digits, '-', at most 63)"
             )
         if c.name == pause:
-            raise invalid(f"{where}.name {c.name!r}: is the sandbox root's (--pause-container)")
+            raise invalid(
+                f"{where}.name {quote(c.name)}: is the sandbox root's (--pause-container)")
         if c.name in seen:
-            raise invalid(f"{where}.name {c.name!r}: duplicate container name")
+            raise invalid(f"{where}.name {quote(c.name)}: duplicate container name")
         seen.add(c.name)
         choice = c.devices
         if choice.policy is DevicePolicy.EXPLICIT:
@@ -105,12 +144,15 @@ def _under(path: str, root: str) -> bool:
 def check_path(field: str, path: str, actors_root: str) -> None:
     """`path` (the request's `field`) is absolute, normalized and strictly under `actors_root`."""
     root = os.path.normpath(actors_root)
+    check_no_nul(field, path)
+    if len(os.fsencode(path)) >= _PATH_MAX:
+        raise invalid(f"{field} {quote(path)}: longer than PATH_MAX ({_PATH_MAX} bytes)")
     if not os.path.isabs(path):
-        raise invalid(f"{field} {path!r}: must be an absolute path")
+        raise invalid(f"{field} {quote(path)}: must be an absolute path")
     if os.path.normpath(path) != path or "//" in path:
-        raise invalid(f"{field} {path!r}: must be normalized (no '.', '..', '//')")
+        raise invalid(f"{field} {quote(path)}: must be normalized (no '.', '..', '//')")
     if not _under(path, root) or path == root:
-        raise invalid(f"{field} {path!r}: must be under --actors-root {root}")
+        raise invalid(f"{field} {quote(path)}: must be under --actors-root {root}")
 
 
 def check_path_on_disk(field: str, path: str, actors_root: str) -> None:
@@ -119,11 +161,12 @@ def check_path_on_disk(field: str, path: str, actors_root: str) -> None:
     The root itself is refused as in `check_path`: a restore_dir that
     resolves to it would be removed whole after a restore.
     """
+    check_no_nul(field, path)
     root = os.path.realpath(actors_root)
     resolved = os.path.realpath(path)
     if not _under(resolved, root) or resolved == root:
         raise invalid(
-            f"{field} {path!r}: resolves to {resolved!r}, which is not under"
+            f"{field} {quote(path)}: resolves to {quote(resolved)}, which is not under"
             f" --actors-root {root}"
         )
 
@@ -154,6 +197,7 @@ def check_runsc_path(requested: str, configured: str, runsc_dir: str, *,
     request must not choose an arbitrary binary: anything else is
     PERMISSION_DENIED, whatever the file is.
     """
+    check_no_nul("runsc_path", requested)
     if not requested or requested == configured:
         return configured
     if resolved and requested == resolved:
@@ -168,7 +212,7 @@ def check_runsc_path(requested: str, configured: str, runsc_dir: str, *,
         return requested
     allowed = f"{configured!r}" + (f" or a binary under {runsc_dir}" if runsc_dir else "")
     raise AteomError(
-        f"runsc_path {requested!r}: not allowed; ateom only runs {allowed}",
+        f"runsc_path {quote(requested)}: not allowed; ateom only runs {allowed}",
         code=ErrorCode.PERMISSION_DENIED,
     )
 
@@ -202,7 +246,8 @@ def _check_snapshot_uri(uri: str, local_dir: str, field: str) -> None:
     # local directory. A URI naming anything else would be silently ignored.
     if uri and uri not in (local_dir, "file://" + local_dir):
         raise unimplemented(
-            "snapshot_uri", f"ateom only uses the local {field} ({local_dir!r}), not {uri!r}"
+            "snapshot_uri",
+            f"ateom only uses the local {field} ({quote(local_dir)}), not {quote(uri)}"
         )
 
 
@@ -234,9 +279,9 @@ def check_restore(req: RestoreRequest, actors_root: str, *, pause: str = "_pause
         for name, path in req.dirs.items():
             if name != "restore_dir" and path and _under(path, req.dirs.restore_dir):
                 raise invalid(
-                    f"actor_dirs.restore_dir {req.dirs.restore_dir!r}: holds actor_dirs.{name}"
-                    f" {path!r}, which would be removed with it after the restore"
-                    " (or set preserve_restore_dir)")
+                    f"actor_dirs.restore_dir {quote(req.dirs.restore_dir)}: holds"
+                    f" actor_dirs.{name} {quote(path)}, which would be removed with it after"
+                    " the restore (or set preserve_restore_dir)")
 
 
 def check_terminate(req: TerminateRequest, actors_root: str, *, pause: str = "_pause") -> None:

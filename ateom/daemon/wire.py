@@ -1,11 +1,21 @@
-"""Protobuf messages <-> the plain requests the service takes (pure translation)."""
+"""Protobuf messages <-> the plain requests the service takes (pure translation).
+
+Also the wire's own well-formedness, checked before any translation:
+`decode` parses a request's bytes (bad UTF-8 in a string field is a
+malformed request, INVALID_ARGUMENT) and refuses a NUL in any string field,
+naming the field's path in the message.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from google.protobuf.message import DecodeError, Message
+
 from ateom._proto import ateom_pb2 as pb
+from ateom.daemon import validation
 from ateom.daemon.requests import (
     ActorDirs,
     ActorRef,
@@ -27,6 +37,58 @@ _POLICIES = {
     pb.DEVICE_POLICY_NONE: DevicePolicy.NONE,
     pb.DEVICE_POLICY_EXPLICIT: DevicePolicy.EXPLICIT,
 }
+
+
+@dataclass(frozen=True, slots=True)
+class Undecoded:
+    """A request's bytes, not parsed yet: what the server's deserializers hand the
+    handlers, so that parsing happens inside `ateom.daemon.rpc` and a request
+    protobuf refuses (bad UTF-8) gets INVALID_ARGUMENT. grpc's own failed
+    deserialization answers INTERNAL, and no handler sees or logs it."""
+
+    message: type[Message]
+    data: bytes
+
+
+def decode(request: Any) -> Any:
+    """The parsed request, free of NUL characters. An already parsed message is
+    checked only; anything else (a test's stand-in) is passed through."""
+    if isinstance(request, Undecoded):
+        name = request.message.DESCRIPTOR.full_name
+        try:
+            request = request.message.FromString(request.data)
+        except DecodeError as exc:
+            # upb names the reason, e.g. "String field had bad UTF-8".
+            reason = str(exc).rpartition(": ")[2] or "malformed"
+            raise validation.invalid(
+                f"{name}: cannot parse the request: {validation.bounded(reason)}") from None
+    if isinstance(request, Message):
+        check_strings(request)
+    return request
+
+
+def check_strings(msg: Message, prefix: str = "") -> None:
+    """Every string field, at any depth (repeated, map keys and values), is free of
+    NUL: the message names the first offender's path, e.g. ``spec.containers[0].name``."""
+    for field, value in msg.ListFields():
+        _check_value(prefix + field.name, value)
+
+
+def _check_value(path: str, value: object) -> None:
+    # By the value's type, not the descriptor's label (which protobuf 7 dropped):
+    # map fields are Mappings, repeated fields Sequences.
+    if isinstance(value, str):
+        validation.check_no_nul(path, value)
+    elif isinstance(value, Message):
+        check_strings(value, path + ".")
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            if isinstance(key, str):
+                validation.check_no_nul(f"{path} key", key)
+            _check_value(f"{path}[{validation.quote(str(key))}]", item)
+    elif isinstance(value, Sequence):
+        for i, item in enumerate(value):
+            _check_value(f"{path}[{i}]", item)
 
 
 def actor_ref(msg: Any) -> ActorRef:
@@ -58,9 +120,8 @@ def _mounts(items: Iterable[Any]) -> tuple[VolumeMountRequest, ...]:
 def container(msg: pb.Container) -> ContainerRequest:
     policy = _POLICIES.get(msg.devices.policy)
     if policy is None:
-        from ateom.daemon.validation import invalid
-
-        raise invalid(f"container {msg.name!r}: devices.policy {msg.devices.policy}: unknown")
+        raise validation.invalid(f"container {validation.quote(msg.name)}: devices.policy"
+                                 f" {msg.devices.policy}: unknown")
     return ContainerRequest(
         name=msg.name,
         devices=DeviceChoice(policy, tuple(msg.devices.names)),
@@ -84,9 +145,7 @@ def _scope(value: int) -> SnapshotScope:
     try:
         return SnapshotScope(value)
     except ValueError:
-        from ateom.daemon.validation import invalid
-
-        raise invalid(f"scope {value}: unknown SnapshotScope") from None
+        raise validation.invalid(f"scope {value}: unknown SnapshotScope") from None
 
 
 def run_request(msg: pb.RunWorkloadRequest) -> RunRequest:
@@ -146,6 +205,19 @@ def checkpoint_response(result: CheckpointResult) -> pb.CheckpointWorkloadRespon
     )
 
 
+_UINT64_MAX = 2**64 - 1
+
+
+def _uint64(value: int) -> int:
+    """A measurement as the reference's uint64: clamped, since a negative value
+    (a working set computed below zero) would make protobuf raise."""
+    return min(max(value, 0), _UINT64_MAX)
+
+
+def stats_response(sample: StatsSample) -> pb.GetWorkloadStatsResponse:
+    return pb.GetWorkloadStatsResponse(sample=stats_sample(sample))
+
+
 def stats_sample(sample: StatsSample) -> pb.WorkloadStatsSample:
     a = sample.actor
     return pb.WorkloadStatsSample(
@@ -157,10 +229,10 @@ def stats_sample(sample: StatsSample) -> pb.WorkloadStatsSample:
         sandbox_class=pb.SANDBOX_CLASS_GVISOR,
         # runsc events --stats reports what the sentry (the guest kernel) counts.
         source=pb.STATS_SOURCE_GUEST_AGENT,
-        memory_current_bytes=sample.memory_current_bytes,
-        memory_peak_bytes=sample.memory_peak_bytes,
-        memory_working_set_bytes=sample.memory_working_set_bytes,
-        cpu_usage_usec=sample.cpu_usage_usec,
+        memory_current_bytes=_uint64(sample.memory_current_bytes),
+        memory_peak_bytes=_uint64(sample.memory_peak_bytes),
+        memory_working_set_bytes=_uint64(sample.memory_working_set_bytes),
+        cpu_usage_usec=_uint64(sample.cpu_usage_usec),
         observed_at_unix_nano=sample.observed_at_unix_nano,
         epoch_unix_nano=sample.epoch_unix_nano,
     )

@@ -176,13 +176,24 @@ def _pair(saved: Sequence[GpuFacts], chosen: Sequence[GpuFacts]) -> list[GpuMapp
     return [GpuMapping(s, by_uuid[s.uuid] if s.uuid in kept else next(rest)) for s in saved]
 
 
-def _remapped(saved: Sequence[GpuFacts], free: Sequence[GpuFacts]) -> Placement:
+def _remapped(saved: Sequence[GpuFacts], free: Sequence[GpuFacts], driver: str) -> Placement:
     """runsc can remap and the saved GPUs are one model: any fitting free GPUs
-    will do; the same cards first, then the same minors, then the lowest."""
+    will do; the same cards first, then the same minors, then the lowest. Before
+    R580 runsc can only move the same cards to other minors (no --device-map)."""
     uuids = {s.uuid for s in saved}
     minors = {s.minor for s in saved}
-    eligible = sorted((w for w in free if _fits(saved[0], w)),
+    major = driver_major(driver)
+    other_cards_ok = major is not None and major >= DEVICE_MAP_DRIVER
+    eligible = sorted((w for w in free if _fits(saved[0], w)
+                       and (other_cards_ok or w.uuid in uuids)),
                       key=lambda w: (w.uuid not in uuids, w.minor not in minors, w.minor or 0))
+    if len(eligible) < len(saved):
+        return Placement(len(saved), tuple(eligible), refusals=(Refusal(
+            "gpus", f"{_model_text(saved)} on driver {driver}",
+            f"{len(eligible)} of those very cards free",
+            f"restoring onto other cards needs cuda-checkpoint --device-map, driver "
+            f"R{DEVICE_MAP_DRIVER}+: restore onto the same GPUs, or checkpoint on a newer "
+            f"driver"),))
     mapping = _pair(saved, eligible[:len(saved)])
     return Placement(len(saved), tuple(eligible), tuple(mapping), any(m.moved for m in mapping))
 
@@ -203,7 +214,7 @@ def place_restore(record: CompatRecord, free: Iterable[GpuFacts], *,
     if not runsc_supports_remap:
         return _same_slots(saved, pool, _NO_REMAP)
     if len({s.model for s in saved}) == 1:
-        return _remapped(saved, pool)
+        return _remapped(saved, pool, record.driver_version)
     placed = _same_slots(saved, pool, _MIXED)
     if placed.ok and any(m.moved for m in placed.mapping):
         return Placement(len(saved), placed.eligible, refusals=(Refusal(
@@ -248,13 +259,6 @@ def check_restore(record: CompatRecord, worker: WorkerGpus, *,
     placed = place_restore(record, worker.gpus if free is None else free,
                            runsc_supports_remap=runsc_supports_remap)
     refusals += placed.refusals
-    major = driver_major(record.driver_version)
-    moved_cards = [m for m in placed.mapping if m.saved.uuid != m.target.uuid]
-    if placed.remap and moved_cards and (major is None or major < DEVICE_MAP_DRIVER):
-        m = moved_cards[0]
-        refusals.append(Refusal(
-            "gpus", f"{m.saved.uuid} on driver {record.driver_version}", m.target.uuid,
-            f"restoring onto another card needs cuda-checkpoint --device-map, driver "
-            f"R{DEVICE_MAP_DRIVER}+: restore onto the same GPUs, or checkpoint on a newer driver"))
-    return RestoreVerdict(tuple(refusals), placed.mapping if not refusals else (),
-                          placed.remap, placed.warnings)
+    if refusals:
+        return RestoreVerdict(tuple(refusals))
+    return RestoreVerdict((), placed.mapping, placed.remap, placed.warnings)

@@ -141,7 +141,11 @@ def test_remap_onto_other_cards_needs_driver_580() -> None:
                       runsc_version=RUNSC, runsc_supports_remap=True)
     (r,) = v.refusals
     assert r.field == "gpus" and "cuda-checkpoint --device-map, driver R580+" in r.reason
-    assert r.checkpoint.endswith("on driver 570.133.20")
+    assert (r.checkpoint, r.worker) == ("2 x 10de:2335 NVIDIA H200 on driver 570.133.20",
+                                        "0 of those very cards free")
+    # The placement offers only the very cards then: one of them is free here.
+    p = place_restore(rec, [gpu(1, "b"), EIGHT[1], gpu(0, "b")], runsc_supports_remap=True)
+    assert [g.uuid for g in p.eligible] == [EIGHT[1].uuid] and not p.ok
 
 
 def test_remap_of_the_same_cards_to_other_minors_needs_no_device_map() -> None:

@@ -20,6 +20,7 @@ from ateom.gpuinfo.compat import (
     RestoreVerdict,
     check_restore,
     place_restore,
+    runsc_remaps_gpus,
 )
 from ateom.gpuinfo.cuda_checkpoint import (
     CheckpointMode,
@@ -92,5 +93,6 @@ __all__ = [
     "probe",
     "read_record",
     "record_json",
+    "runsc_remaps_gpus",
     "write_record",
 ]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ateom.gpuinfo.compat import check_restore, place_restore
+from ateom.gpuinfo.compat import check_restore, place_restore, runsc_remaps_gpus
 from ateom.gpuinfo.gather import gather_worker_gpus
 from ateom.gpuinfo.inventory import GpuFacts, WorkerGpus
 from ateom.gpuinfo.record import CompatRecord, ContainerDevices, RunscBuild, build_record
@@ -247,3 +247,12 @@ def test_simulated_nodes_end_to_end(tmp_path: Path) -> None:
     old = check_restore(rec, here, runsc_version=RUNSC, runsc_supports_remap=False)
     assert [r.worker for r in old.refusals] == ["minor 2: not free or absent",
                                                 "minor 3: not free or absent"]
+
+
+@pytest.mark.parametrize("version, remaps", [
+    ("release-20260706.0", True), ("release-20260817.0", True),
+    ("release-20260706.0-45-gabcdef123456", True), ("release-20260608.0", False),
+    ("0.0~20221219.0", False), ("VERSION_MISSING", None), ("9f3c2a1", None),
+])
+def test_which_runsc_remaps(version: str, remaps: bool | None) -> None:
+    assert runsc_remaps_gpus(RunscBuild(version)) is remaps

@@ -1,26 +1,31 @@
 """Inject CDI devices into an OCI bundle: plan everything, then write.
 
 The imperative shell around the pure merge (`ateom.inject.merge`):
-`plan_injection` reads config.json, stats host device nodes, reads library
-SONAMEs and looks at the rootfs, then computes the new config bytes and the
-symlinks to stage; it writes nothing. `apply_plan` stages the symlinks inside
-the rootfs (confined: `ateom.inject.rootfs`) and then replaces config.json
-atomically. An error anywhere in planning leaves the bundle untouched.
+`plan_injection` takes config.json as the caller already read and parsed it
+(or reads it), stats host device nodes, reads library SONAMEs and looks at the
+rootfs, then merges; it writes nothing. The plan carries the merged config
+*object*, so a caller with edits of its own (the daemon) makes them and
+serializes once. `stage_links` makes the SONAME links inside the rootfs
+(confined: `ateom.inject.rootfs`); `apply_plan` stages them and then replaces
+config.json through ateom's one writer (`ateom.safefs`). An error anywhere in
+planning leaves the bundle untouched.
 """
 
 from __future__ import annotations
 
 import difflib
+import errno
 import json
 import os
 import stat
-import uuid
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, overload
 
 import structlog
 
+from ateom import safefs
 from ateom.cdi.model import Resolution
 from ateom.errors import InjectionError
 from ateom.inject.linkpool import LinkPool
@@ -42,29 +47,68 @@ from ateom.inject.soname import (
     is_library_destination,
     plan_soname_links,
 )
+from ateom.oci_config import dump_config, parse_config
 
 log = structlog.get_logger("ateom.inject")
 
 CONFIG_NAME = "config.json"
+
+# config.json as the caller read it: its bytes, and what
+# `ateom.oci_config.parse_config` made of them.
+BundleConfig = tuple[bytes, dict[str, Any]]
+
+
+class _ConfigAfter:
+    """`InjectionPlan.config_after`: the bytes given to the plan, else the merged
+    config serialized on first read (and kept). The daemon makes its own edits
+    to `merged` and serializes those once, so the plan never pays for bytes
+    nobody writes; `diff()`, `apply_plan` and the CLI read them here."""
+
+    @overload
+    def __get__(self, plan: None, owner: Any = None) -> None: ...
+
+    @overload
+    def __get__(self, plan: InjectionPlan, owner: Any = None) -> bytes: ...
+
+    def __get__(self, plan: InjectionPlan | None, owner: Any = None) -> bytes | None:
+        if plan is None:
+            return None  # the field's default: serialize on first read
+        data: bytes | None = plan.__dict__.get("_config_after")
+        if data is None:
+            data = plan.config_before
+            if plan.config_changed:
+                data = serialize_config(plan.merged)
+            plan.__dict__["_config_after"] = data
+        return data
+
+    def __set__(self, plan: InjectionPlan, value: bytes | None) -> None:
+        plan.__dict__["_config_after"] = value
 
 
 @dataclass(frozen=True)
 class InjectionPlan:
     """Everything an injection will do to one bundle, computed up front.
 
-    `config_after` equals `config_before` byte for byte when the config needs
-    no change (a second injection of the same devices). `symlinks` are only
-    the SONAME links not already in place.
+    `merged` is the config with the edits made; it shares untouched
+    subtrees with the config it was planned from, so copy a section before
+    changing it (`ateom.inject.editor`). `config_changed` says whether it
+    differs from that config. `config_after` is its bytes (serialized when
+    first read), equal to `config_before` byte for byte when nothing changed
+    (a second injection of the same devices); bytes given to the constructor
+    (or `dataclasses.replace`) are used as they are. `symlinks` are only the
+    SONAME links not already in place.
     """
 
     bundle_dir: str
     rootfs: str
     devices: tuple[str, ...]
     config_before: bytes
-    config_after: bytes
+    merged: dict[str, Any] = field(compare=False, repr=False)
     symlinks: tuple[SonameLink, ...]
     dropped_hooks: tuple[DroppedHook, ...]
     skipped_libraries: tuple[SkippedLibrary, ...]
+    config_changed: bool = True
+    config_after: _ConfigAfter = _ConfigAfter()
 
     @property
     def config_path(self) -> str:
@@ -72,7 +116,10 @@ class InjectionPlan:
 
     @property
     def changed(self) -> bool:
-        return self.config_after != self.config_before or bool(self.symlinks)
+        if self.symlinks:
+            return True
+        given = self.__dict__.get("_config_after")
+        return self.config_changed if given is None else given != self.config_before
 
     def diff(self) -> str:
         """A unified diff of config.json (both sides indented), then the symlinks to stage."""
@@ -87,110 +134,55 @@ class InjectionPlan:
 
 
 def serialize_config(config: Mapping[str, Any]) -> bytes:
-    """config.json bytes as ateom writes them: compact, like Go's json.Marshal.
-
-    Compact because json's C encoder only runs without indent, and the
-    indenting pure-Python one costs more than the whole rest of the merge.
-    Deterministic for a given dict, which is what makes a second injection
-    byte-identical. `InjectionPlan.diff` re-indents both sides for reading.
-    """
-    return json.dumps(config, separators=(",", ":")).encode()
+    """config.json bytes as ateom writes them (`ateom.oci_config.dump_config`)."""
+    return dump_config(dict(config), CONFIG_NAME)
 
 
 def _readable(config_bytes: bytes) -> list[str]:
     try:
         text = json.dumps(json.loads(config_bytes), indent=4) + "\n"
-    except ValueError:
+    except (ValueError, RecursionError):
         text = config_bytes.decode("utf-8", "replace")
     return text.splitlines(keepends=True)
 
 
-def _read_file(path: str) -> tuple[bytes, int]:
-    """The bytes and permission bits of `path`: one open, one fstat, the reads.
-
-    (Python's buffered ``open`` adds an ioctl, two lseeks and a second fstat.)
-    """
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+@contextmanager
+def _bundle_fd(bundle: str) -> Iterator[int]:
+    """The bundle directory, opened as the trusted root its caller named it;
+    config.json is only ever read and replaced through this fd."""
     try:
-        st = os.fstat(fd)
-        chunks = []
-        size = max(st.st_size, 0) + 1  # +1: a file that grew is still read whole
-        while chunk := os.read(fd, size):
-            chunks.append(chunk)
-        return b"".join(chunks), stat.S_IMODE(st.st_mode)
+        fd = os.open(bundle, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as e:
+        raise InjectionError(f"{bundle}: cannot open bundle: {e.strerror}") from e
+    try:
+        yield fd
     finally:
         os.close(fd)
 
 
-def _read_config(bundle_dir: str) -> tuple[bytes, dict[str, Any]]:
-    path = os.path.join(bundle_dir, CONFIG_NAME)
+def _read_config_at(dir_fd: int, path: str) -> tuple[bytes, int]:
+    """config.json's bytes and mode through the bundle's fd (`safefs.read_file_at`:
+    never through a symlink, never a FIFO or device)."""
     try:
-        raw, _ = _read_file(path)
+        return safefs.read_file_at(dir_fd, CONFIG_NAME)
     except OSError as e:
-        raise InjectionError(f"{path}: cannot read OCI config: {e.strerror}") from e
-    try:
-        config = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise InjectionError(f"{path}: not valid JSON: {e}") from e
-    if not isinstance(config, dict):
-        raise InjectionError(f"{path}: top level is {type(config).__name__}, not an object")
-    _check_shape(config, path)
-    return raw, config
+        why = {errno.ELOOP: "is a symbolic link (ateom replaces config.json, it never "
+                            "writes through a link)",
+               errno.EINVAL: "not a regular file"}.get(e.errno or 0, e.strerror)
+        raise InjectionError(f"{path}: cannot read OCI config: {why}") from e
 
 
-# The parts of an OCI config the merge reads or extends, and the JSON type
-# each must have: a wrong type is the config's fault, reported as such, not a
-# TypeError from deep inside the merge (nor a hook list made of a string's
-# characters).
-_SHAPE: tuple[tuple[tuple[str, ...], type], ...] = (
-    (("process",), dict), (("process", "env"), list), (("process", "user"), dict),
-    (("process", "user", "uid"), int), (("process", "user", "gid"), int),
-    (("process", "user", "additionalGids"), list), (("root",), dict), (("root", "path"), str),
-    (("mounts",), list), (("hooks",), dict), (("linux",), dict), (("linux", "devices"), list),
-    (("linux", "resources"), dict), (("linux", "resources", "devices"), list),
-    (("linux", "netDevices"), dict), (("annotations",), dict),
-)
-# The arrays among them, and the type of each element.
-_ITEMS: tuple[tuple[tuple[str, ...], type], ...] = (
-    (("mounts",), dict), (("process", "env"), str), (("process", "user", "additionalGids"), int),
-    (("linux", "devices"), dict), (("linux", "resources", "devices"), dict),
-)
-_KIND_NAMES = {dict: "an object", list: "an array", str: "a string", int: "an integer"}
+def read_config(bundle_dir: str | os.PathLike[str]) -> BundleConfig:
+    """The bundle's config.json: its bytes and the parsed config (reads the file).
 
-
-def _is(value: Any, kind: type) -> bool:
-    # JSON's true is not an integer, whatever Python's bool says.
-    return isinstance(value, kind) and not (kind is int and isinstance(value, bool))
-
-
-def _at(config: dict[str, Any], keys: tuple[str, ...]) -> Any:
-    node: Any = config
-    for key in keys:
-        node = node.get(key) if isinstance(node, dict) else None
-    return node
-
-
-def _wrong(path: str, field: str, value: Any, kind: type) -> InjectionError:
-    return InjectionError(f"{path}: {field}: is {type(value).__name__}, not {_KIND_NAMES[kind]}")
-
-
-def _check_shape(config: dict[str, Any], path: str) -> None:
-    for keys, kind in _SHAPE:
-        node = _at(config, keys)
-        if node is not None and not _is(node, kind):
-            raise _wrong(path, ".".join(keys), node, kind)
-    for keys, kind in _ITEMS:
-        for i, item in enumerate(_at(config, keys) or ()):
-            if not _is(item, kind):
-                raise _wrong(path, f"{'.'.join(keys)}[{i}]", item, kind)
-    for name, hooks in (config.get("hooks") or {}).items():
-        if hooks is None:
-            continue
-        if not isinstance(hooks, list):
-            raise _wrong(path, f"hooks.{name}", hooks, list)
-        for i, hook in enumerate(hooks):
-            if not isinstance(hook, dict):
-                raise _wrong(path, f"hooks.{name}[{i}]", hook, dict)
+    InjectionError when it cannot be read; ConfigError (INVALID_ARGUMENT)
+    when it is not a config of the right shape (`ateom.oci_config`).
+    """
+    bundle = os.fspath(bundle_dir)
+    path = os.path.join(bundle, CONFIG_NAME)
+    with _bundle_fd(bundle) as fd:
+        raw, _ = _read_config_at(fd, path)
+    return raw, parse_config(raw, path)
 
 
 def _rootfs_path(bundle_dir: str, config: Mapping[str, Any]) -> str:
@@ -250,15 +242,20 @@ def gather_host_facts(resolution: Resolution) -> HostFacts:
     return HostFacts(nodes=nodes)
 
 
+def _by_directory(links: Iterator[SonameLink] | tuple[SonameLink, ...] | list[SonameLink]
+                  ) -> dict[str, list[SonameLink]]:
+    by_dir: dict[str, list[SonameLink]] = {}
+    for link in links:
+        by_dir.setdefault(link.directory, []).append(link)
+    return by_dir
+
+
 def _links_to_stage(
     root: ConfinedRoot, links: list[SonameLink], skipped: list[SkippedLibrary]
 ) -> list[SonameLink]:
     """The links not already right in the rootfs (reads it, confined)."""
     todo: list[SonameLink] = []
-    by_dir: dict[str, list[SonameLink]] = {}
-    for link in links:
-        by_dir.setdefault(link.directory, []).append(link)
-    for directory, group in by_dir.items():
+    for directory, group in _by_directory(links).items():
         fd = root.open_dir(directory)
         if fd is None:
             todo.extend(group)  # the directory is made when staging
@@ -284,26 +281,29 @@ def plan_injection(
     resolution: Resolution,
     options: InjectOptions,
     *,
+    config: BundleConfig | None = None,
     soname_cache: SonameCache | None = None,
     use_openat2: bool | None = None,
 ) -> InjectionPlan:
     """Compute what injecting `resolution` into the bundle does; writes nothing.
 
-    Reads config.json, stats host device nodes, reads library SONAMEs (through
-    `soname_cache`, default the process-wide one) and inspects the rootfs.
-    Raises InjectionError, naming the file and field, for a missing or
-    unparsable config, a missing rootfs, a missing or mismatched host device
-    node or a mount destination with ``..``. Dropped hooks and skipped
-    libraries are logged here, once per plan.
+    `config` is the bundle's config.json as the caller already read it: its
+    bytes and what `ateom.oci_config.parse_config` made of them (then
+    config.json is not read here); without it, config.json is read and
+    parsed (`read_config`). Stats host device nodes, reads library SONAMEs
+    (through `soname_cache`, default the process-wide one) and inspects the
+    rootfs. Raises InjectionError, naming the file and field, for an
+    unreadable config, a missing rootfs, a missing or mismatched host device
+    node or a mount destination with ``..``; ConfigError for a config that is
+    not JSON or of the wrong shape. Dropped hooks and skipped libraries are
+    logged here, once per plan.
     """
     bundle = os.fspath(bundle_dir)
     cache = DEFAULT_SONAME_CACHE if soname_cache is None else soname_cache
-    before, config = _read_config(bundle)
-    rootfs = _rootfs_path(bundle, config)
+    before, parsed = read_config(bundle) if config is None else config
+    rootfs = _rootfs_path(bundle, parsed)
     with _open_rootfs(bundle, rootfs, use_openat2) as root:
-        merged = merge_edits(config, resolution, gather_host_facts(resolution), options)
-        after = before if merged.config == config else serialize_config(merged.config)
-
+        merged = merge_edits(parsed, resolution, gather_host_facts(resolution), options)
         sonames: dict[str, SonameRead] = {}
         for destination, source, mount_type in merged.mounts:
             if is_library_destination(destination, mount_type) and source not in sonames:
@@ -323,86 +323,66 @@ def plan_injection(
         rootfs=rootfs,
         devices=resolution.devices,
         config_before=before,
-        config_after=after,
+        merged=merged.config,
         symlinks=tuple(todo),
         dropped_hooks=merged.dropped_hooks,
         skipped_libraries=tuple(skipped),
+        config_changed=merged.config != parsed,
     )
 
 
-def _write_atomically(path: str, data: bytes, mode: int = 0o644) -> None:
-    """Replace `path` with `data`: temp file in the same dir, fsync, rename, fsync dir.
+def stage_links(plan: InjectionPlan, *, use_openat2: bool | None = None,
+                link_pool: LinkPool | None = None) -> None:
+    """Make the plan's SONAME links inside its rootfs (writes, confined); nothing else.
 
-    A crash leaves either the old or the new config, never a torn one. The
-    new file gets `mode` (the caller passes the old file's).
+    Missing directories are made. With `link_pool`, links are hard links to
+    pooled symlink inodes (fast; see `ateom.inject.linkpool` for the
+    trade-off). A failure leaves the links made so far: they are what a
+    retry would make.
     """
-    directory = os.path.dirname(path) or "."
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.ateom-{uuid.uuid4().hex[:8]}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
-    try:
-        try:
-            os.fchmod(fd, mode)  # the umask must not narrow the old file's mode
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.rename(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    if not plan.symlinks:
+        return
+    with ConfinedRoot(plan.rootfs, use_openat2=use_openat2) as root:
+        for directory, group in _by_directory(plan.symlinks).items():
+            fd = root.open_dir(directory, create=True)
+            assert fd is not None
+            try:
+                for link in group:
+                    try:
+                        root.place_symlink(fd, link.name, link.target, link_pool)
+                    except OSError as e:
+                        raise InjectionError(
+                            f"{plan.rootfs}: cannot stage SONAME link {link.path} -> "
+                            f"{link.target}: {e.strerror}") from e
+            finally:
+                os.close(fd)
 
 
 def apply_plan(plan: InjectionPlan, *, use_openat2: bool | None = None,
-               link_pool: LinkPool | None = None) -> None:
-    """Carry out `plan`: stage its symlinks in the rootfs, then replace config.json.
+               link_pool: LinkPool | None = None, durable: bool = False) -> None:
+    """Carry out `plan`: `stage_links`, then replace config.json with `config_after`.
 
     The config is written last, so it is the commit point: a failure while
-    staging links leaves the old config (and links that a retry keeps). A
-    config changed since planning is refused rather than overwritten. With
-    `link_pool`, links are hard links to pooled symlink inodes (fast; see
-    `ateom.inject.linkpool` for the trade-off).
+    staging links leaves the old config. A config changed since planning is
+    refused rather than overwritten. The write is `safefs.write_atomic_at`
+    (a reader sees the old or the new file, whole, whenever ateom is killed),
+    keeping the old file's mode; `durable` adds its fsyncs, which a bundle
+    does not need (docs/inject.md, "Durability").
     """
     if not plan.changed:
         return
-    try:
-        current, mode = _read_file(plan.config_path)
-    except OSError as e:
-        raise InjectionError(f"{plan.config_path}: cannot read OCI config: {e.strerror}") from e
-    if current != plan.config_before:
-        raise InjectionError(f"{plan.config_path}: changed since the injection was planned")
-    if plan.symlinks:
-        with ConfinedRoot(plan.rootfs, use_openat2=use_openat2) as root:
-            by_dir: dict[str, list[SonameLink]] = {}
-            for link in plan.symlinks:
-                by_dir.setdefault(link.directory, []).append(link)
-            for directory, group in by_dir.items():
-                fd = root.open_dir(directory, create=True)
-                assert fd is not None
-                try:
-                    for link in group:
-                        try:
-                            root.place_symlink(fd, link.name, link.target, link_pool)
-                        except OSError as e:
-                            raise InjectionError(
-                                f"{plan.rootfs}: cannot stage SONAME link {link.path} -> "
-                                f"{link.target}: {e.strerror}") from e
-                finally:
-                    os.close(fd)
-    if plan.config_after != plan.config_before:
-        try:
-            _write_atomically(plan.config_path, plan.config_after, mode)
-        except OSError as e:
-            raise InjectionError(f"{plan.config_path}: cannot write OCI config: {e}") from e
+    after = plan.config_after
+    with _bundle_fd(plan.bundle_dir) as fd:
+        current, mode = _read_config_at(fd, plan.config_path)
+        if current != plan.config_before:
+            raise InjectionError(f"{plan.config_path}: changed since the injection was planned")
+        stage_links(plan, use_openat2=use_openat2, link_pool=link_pool)
+        if after != plan.config_before:
+            try:
+                safefs.write_atomic_at(fd, CONFIG_NAME, after, mode=mode, durable=durable)
+            except OSError as e:
+                raise InjectionError(
+                    f"{plan.config_path}: cannot write OCI config: {e.strerror}") from e
 
 
 def inject_devices(
@@ -413,11 +393,12 @@ def inject_devices(
     dry_run: bool = False,
     soname_cache: SonameCache | None = None,
     link_pool: LinkPool | None = None,
+    durable: bool = False,
 ) -> InjectionPlan:
     """Plan the injection and, unless `dry_run`, apply it; returns the plan."""
     plan = plan_injection(bundle_dir, resolution, options, soname_cache=soname_cache)
     if not dry_run:
-        apply_plan(plan, link_pool=link_pool)
+        apply_plan(plan, link_pool=link_pool, durable=durable)
         log.debug("devices_injected", bundle=plan.bundle_dir, devices=list(plan.devices),
                   links=len(plan.symlinks), changed=plan.changed)
     return plan

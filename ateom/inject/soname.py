@@ -292,38 +292,40 @@ def plan_soname_links(
     claimed: dict[str, str] = {}
     skipped: list[SkippedLibrary] = []
     for destination, source, mount_type in mounts:
-        if not is_library_destination(destination, mount_type):
-            continue
         read = sonames.get(source)
-        if read is None:
+        if read is None or not is_library_destination(destination, mount_type):
             continue
         if read.error is not None:
             skipped.append(SkippedLibrary(source, destination, f"unreadable ELF: {read.error}"))
             continue
         directory, _, basename = destination.rpartition("/")
-        directory = directory or "/"
         soname = read.soname
         if soname is None or soname == basename:
             continue
-        if not bare_file_name(soname):
-            skipped.append(SkippedLibrary(
-                source, destination, f"SONAME {soname!r} is not a bare file name"))
+        why = _unusable_link_name(soname)
+        if why is not None:
+            skipped.append(SkippedLibrary(source, destination, why))
             continue
-        if len(os.fsencode(soname)) > NAME_MAX:
+        path = f"{directory}/{soname}"  # SonameLink.path, without building the link first
+        if path in destinations:
             skipped.append(SkippedLibrary(
-                source, destination, f"SONAME is {len(os.fsencode(soname))} bytes, longer "
-                f"than a file name can be ({NAME_MAX})"))
+                source, destination, f"SONAME link {path} would shadow a mount"))
             continue
-        link = SonameLink(directory, soname, basename, source)
-        if link.path in destinations:
+        if path in claimed:
             skipped.append(SkippedLibrary(
-                source, destination, f"SONAME link {link.path} would shadow a mount"))
+                source, destination, f"SONAME link {path} already points at {claimed[path]}"))
             continue
-        if link.path in claimed:
-            skipped.append(SkippedLibrary(
-                source, destination, f"SONAME link {link.path} already points at "
-                f"{claimed[link.path]}"))
-            continue
-        claimed[link.path] = basename
-        links.append(link)
+        claimed[path] = basename
+        links.append(SonameLink(directory or "/", soname, basename, source))
     return links, skipped
+
+
+def _unusable_link_name(soname: str) -> str | None:
+    """Why `soname` cannot name a link beside its library, or None when it can."""
+    if not bare_file_name(soname):
+        return f"SONAME {soname!r} is not a bare file name"
+    # A character is at most 4 bytes in UTF-8: only a long name needs encoding.
+    if len(soname) * 4 > NAME_MAX and len(encoded := os.fsencode(soname)) > NAME_MAX:
+        return (f"SONAME is {len(encoded)} bytes, longer than a file name can be "
+                f"({NAME_MAX})")
+    return None

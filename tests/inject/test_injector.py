@@ -21,7 +21,7 @@ from ateom.cdi.model import (
     Mount,
     Resolution,
 )
-from ateom.errors import InjectionError
+from ateom.errors import ErrorCode, InjectionError
 from ateom.inject import (
     ANNOTATION_KEY,
     InjectOptions,
@@ -31,6 +31,7 @@ from ateom.inject import (
     inject_devices,
     plan_injection,
 )
+from ateom.oci_config import ConfigError
 from ateom.testing import FakeLibrary, build_busybox_bundle, read_config
 
 from ._support import tree_snapshot
@@ -179,16 +180,16 @@ def _break(bundle: Path, how: str) -> None:
 
 @pytest.mark.parametrize("how,message", [
     ("missing config", "cannot read OCI config"),
-    ("bad json", "not valid JSON"),
-    ("not an object", "not an object"),
-    ("env not a list", "process.env: is str, not an array"),
-    ("mount not an object", r"mounts\[0\]: is str, not an object"),
     ("missing rootfs", "root.path: rootfs .*no-such-rootfs: No such file or directory"),
     ("rootfs is a file", "root.path: rootfs .*config.json: Not a directory"),
     ("missing host node", "host node /dev/ateom-no-such-gpu does not exist"),
     ("dotdot mount", "climbs out of the rootfs"),
     ("nul host node", "hostPath .* NUL byte"),
     ("nul library", "hostPath .* NUL byte"),
+    ("bad json", "not valid JSON"),
+    ("not an object", "top level is an array, not an object"),
+    ("env not a list", "process.env: is a string, not an array"),
+    ("mount not an object", r"mounts\[0\]: is a string, not an object"),
 ])
 def test_errors_leave_the_bundle_untouched(bundle: Path, fake_driver: list[FakeLibrary],
                                            how: str, message: str) -> None:
@@ -208,8 +209,13 @@ def test_errors_leave_the_bundle_untouched(bundle: Path, fake_driver: list[FakeL
             Mount(str(fake_driver[0].path), "/usr/lib/../../../libcuda.so.1"),))
     before = tree_snapshot(bundle)
     config_before = (bundle / "config.json").read_bytes() if how != "missing config" else b""
-    with pytest.raises(InjectionError, match=message) as err:
+    # The bundle is the caller's input: a config that is not one is
+    # INVALID_ARGUMENT (ConfigError); the rest is FAILED_PRECONDITION.
+    bad_config = how in ("bad json", "not an object", "env not a list", "mount not an object")
+    with pytest.raises(ConfigError if bad_config else InjectionError, match=message) as err:
         inject_devices(bundle, res, OPTS)
+    assert err.value.code is (ErrorCode.INVALID_ARGUMENT if bad_config
+                              else ErrorCode.FAILED_PRECONDITION)
     assert str(bundle) in str(err.value) or "/etc/cdi/nvidia.json" in str(err.value)
     assert tree_snapshot(bundle) == before
     if how != "missing config":
@@ -217,17 +223,20 @@ def test_errors_leave_the_bundle_untouched(bundle: Path, fake_driver: list[FakeL
 
 
 @pytest.mark.parametrize("part,field", [
-    ({"process": {"user": {"uid": "1000"}}}, r"process\.user\.uid: is str, not an integer"),
-    ({"process": {"user": {"uid": 0, "gid": [1]}}}, r"process\.user\.gid: is list"),
-    ({"process": {"user": {"uid": True}}}, r"process\.user\.uid: is bool"),
+    ({"process": {"user": {"uid": "1000"}}}, r"process\.user\.uid: is a string, not an integer"),
+    ({"process": {"user": {"uid": 0, "gid": [1]}}}, r"process\.user\.gid: is an array"),
+    ({"process": {"user": {"uid": True}}}, r"process\.user\.uid: is a boolean"),
     ({"process": {"user": {"additionalGids": ["44"]}}},
-     r"process\.user\.additionalGids\[0\]: is str"),
-    ({"linux": {"devices": [{"path": "/dev/x"}, 5]}}, r"linux\.devices\[1\]: is int"),
-    ({"linux": {"resources": {"devices": ["rwm"]}}}, r"linux\.resources\.devices\[0\]: is str"),
+     r"process\.user\.additionalGids\[0\]: is a string"),
+    ({"process": {"env": ["A=1", "B=\0x"]}}, r"process\.env\[1\]: contains a NUL byte"),
+    ({"linux": {"devices": [{"path": "/dev/x"}, 5]}}, r"linux\.devices\[1\]: is an integer"),
+    ({"linux": {"resources": {"devices": ["rwm"]}}},
+     r"linux\.resources\.devices\[0\]: is a string"),
     ({"hooks": {"createContainer": {"path": "/bin/x"}}},
-     r"hooks\.createContainer: is dict, not an array"),
-    ({"hooks": {"prestart": ["/bin/x"]}}, r"hooks\.prestart\[0\]: is str"),
-    ({"root": {"path": ["rootfs"]}}, r"root\.path: is list, not a string"),
+     r"hooks\.createContainer: is an object, not an array"),
+    ({"hooks": {"prestart": ["/bin/x"]}}, r"hooks\.prestart\[0\]: is a string"),
+    ({"root": {"path": ["rootfs"]}}, r"root\.path: is an array, not a string"),
+    ({"annotations": {"a": 1}}, r"annotations\.a: is an integer, not a string"),
 ])
 def test_config_of_the_wrong_shape_is_an_error_naming_the_field(
         bundle: Path, fake_driver: list[FakeLibrary], part: dict[str, Any], field: str) -> None:
@@ -240,7 +249,7 @@ def test_config_of_the_wrong_shape_is_an_error_naming_the_field(
         config[key] = {**config.get(key, {}), **value}
     (bundle / "config.json").write_text(json.dumps(config))
     before = bundle_state(bundle)
-    with pytest.raises(InjectionError, match=f"config.json: {field}"):
+    with pytest.raises(ConfigError, match=f"config.json: {field}"):
         inject_devices(bundle, gpu_resolution(fake_driver), OPTS)
     assert bundle_state(bundle) == before
 
@@ -412,11 +421,15 @@ def odd_libs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     ]
 
 
-def test_config_is_replaced_by_fsynced_temp_then_dir_fsync(
-        bundle: Path, fake_driver: list[FakeLibrary], monkeypatch: pytest.MonkeyPatch) -> None:
-    # Crash safety is an order of real syscalls: the new bytes are fsynced in
-    # a temp file in the bundle dir, renamed over config.json, then the dir is
-    # fsynced so the rename itself survives a crash. Record that order.
+@pytest.mark.parametrize("durable", [False, True])
+def test_config_is_replaced_by_rename_of_a_temp_fsynced_only_when_durable(
+        bundle: Path, fake_driver: list[FakeLibrary], monkeypatch: pytest.MonkeyPatch,
+        durable: bool) -> None:
+    # Crash safety is an order of real syscalls: the new bytes go to a temp
+    # file in the bundle dir, renamed over config.json (a reader, or ateom
+    # after kill -9, sees the old file or the new one). Durable: the temp is
+    # fsynced before the rename and the dir after it, so the rename survives
+    # power loss too. Record that order.
     events: list[tuple[str, str]] = []
     real_fsync, real_rename = os.fsync, os.rename
 
@@ -424,20 +437,26 @@ def test_config_is_replaced_by_fsynced_temp_then_dir_fsync(
         events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
         real_fsync(fd)
 
-    def rename(src: str, dst: str, **kw: Any) -> None:
-        if not kw:
-            events.append(("rename", f"{src} -> {dst}"))
-        real_rename(src, dst, **kw)
+    def rename(src: str, dst: str, *, src_dir_fd: int, dst_dir_fd: int) -> None:
+        src_dir = os.readlink(f"/proc/self/fd/{src_dir_fd}")
+        dst_dir = os.readlink(f"/proc/self/fd/{dst_dir_fd}")
+        events.append(("rename", f"{src_dir}/{src} -> {dst_dir}/{dst}"))
+        real_rename(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
 
     monkeypatch.setattr(os, "fsync", fsync)
     monkeypatch.setattr(os, "rename", rename)
-    inject_devices(bundle, gpu_resolution(fake_driver), OPTS)
-    assert [kind for kind, _ in events] == ["fsync", "rename", "fsync"]
-    temp = events[0][1]
+    inject_devices(bundle, gpu_resolution(fake_driver), OPTS, durable=durable)
+    renames = [what for kind, what in events if kind == "rename"]
+    assert len(renames) == 1
+    temp, _, target = renames[0].partition(" -> ")
     assert os.path.dirname(temp) == str(bundle) and temp != str(bundle / "config.json")
-    assert events[1][1] == f"{temp} -> {bundle / 'config.json'}"
-    assert events[2][1] == str(bundle)
+    assert target == str(bundle / "config.json")
+    if durable:
+        assert events == [("fsync", temp), ("rename", renames[0]), ("fsync", str(bundle))]
+    else:
+        assert events == [("rename", renames[0])]
     assert sorted(os.listdir(bundle)) == ["config.json", "rootfs"]
+    assert read_config(bundle)["annotations"][ANNOTATION_KEY] == "nvidia.com/gpu=0"
 
 
 def test_wrong_existing_links_are_replaced_without_touching_their_targets(
@@ -506,3 +525,99 @@ def test_host_path_of_the_wrong_kind_is_an_error_naming_it(
         inject_devices(bundle, gpu_resolution(fake_driver, nodes=nodes), OPTS)
     assert str(path) in str(err.value)
     assert bundle_state(bundle) == before
+
+
+# -- parsed once: the plan applied is the plan made ----------------------------
+
+def test_plan_from_the_callers_config_reads_no_config_json(
+        bundle: Path, fake_driver: list[FakeLibrary]) -> None:
+    raw = (bundle / "config.json").read_bytes()
+    parsed = json.loads(raw)
+    (bundle / "config.json").unlink()  # nothing left to read: the plan must not try
+    plan = plan_injection(bundle, gpu_resolution(fake_driver), OPTS, config=(raw, parsed))
+    assert plan.config_before is raw
+    assert plan.merged["annotations"][ANNOTATION_KEY] == "nvidia.com/gpu=0"
+    assert json.loads(plan.config_after) == plan.merged
+    assert parsed == json.loads(raw)  # the caller's object is not written
+
+
+def test_config_after_is_serialized_once_and_only_when_read(
+        bundle: Path, fake_driver: list[FakeLibrary], monkeypatch: pytest.MonkeyPatch) -> None:
+    from ateom.inject import injector
+
+    calls: list[int] = []
+    real = injector.serialize_config
+
+    def counting(config: Any) -> bytes:
+        calls.append(1)
+        return real(config)
+
+    monkeypatch.setattr(injector, "serialize_config", counting)
+    plan = plan_injection(bundle, gpu_resolution(fake_driver), OPTS)
+    assert calls == [] and plan.changed and plan.config_changed
+    first = plan.config_after
+    assert plan.config_after is first and calls == [1]
+    # Unchanged: the bytes are the file's own, never re-encoded.
+    apply_plan(plan)
+    again = plan_injection(bundle, gpu_resolution(fake_driver), OPTS)
+    assert not again.changed and again.config_after is again.config_before
+    assert calls == [1]
+
+
+def test_daemon_replaced_config_after_is_what_apply_writes(
+        bundle: Path, fake_driver: list[FakeLibrary]) -> None:
+    import dataclasses
+
+    # The daemon (until it writes through safefs itself) hands its own bytes.
+    plan = plan_injection(bundle, gpu_resolution(fake_driver), OPTS)
+    edited = {**plan.merged, "annotations": {**plan.merged["annotations"], "own": "edit"}}
+    data = json.dumps(edited).encode()
+    apply_plan(dataclasses.replace(plan, config_after=data))
+    assert (bundle / "config.json").read_bytes() == data
+    assert (bundle / "rootfs" / LIB_DIR.lstrip("/") / "libcuda.so.1").is_symlink()
+
+
+def test_stage_links_makes_the_links_and_leaves_the_config(
+        bundle: Path, fake_driver: list[FakeLibrary]) -> None:
+    from ateom.inject import stage_links
+
+    before = (bundle / "config.json").read_bytes()
+    plan = plan_injection(bundle, gpu_resolution(fake_driver), OPTS)
+    stage_links(plan)
+    assert (bundle / "config.json").read_bytes() == before
+    lib64 = bundle / "rootfs" / LIB_DIR.lstrip("/")
+    assert {p.name for p in lib64.iterdir()} == {lk.name for lk in plan.symlinks}
+    # The links are in place now: a new plan has none left to stage.
+    assert plan_injection(bundle, gpu_resolution(fake_driver), OPTS).symlinks == ()
+
+
+def test_plan_of_an_older_read_is_refused_when_the_file_changed(
+        bundle: Path, fake_driver: list[FakeLibrary]) -> None:
+    raw = (bundle / "config.json").read_bytes()
+    plan = plan_injection(bundle, gpu_resolution(fake_driver), OPTS,
+                          config=(raw, json.loads(raw)))
+    (bundle / "config.json").write_bytes(raw + b" ")
+    with pytest.raises(InjectionError, match="changed since the injection was planned"):
+        apply_plan(plan)
+    assert (bundle / "config.json").read_bytes() == raw + b" "
+
+
+def test_symlinked_config_json_is_refused_and_its_target_untouched(
+        bundle: Path, fake_driver: list[FakeLibrary], tmp_path: Path) -> None:
+    # ateom replaces config.json by rename; reading through a link and then
+    # replacing the link with a file would edit something else than was read.
+    elsewhere = tmp_path / "elsewhere.json"
+    (bundle / "config.json").rename(elsewhere)
+    (bundle / "config.json").symlink_to(elsewhere)
+    before = elsewhere.read_bytes()
+    with pytest.raises(InjectionError, match="config.json: cannot read OCI config: is a symbolic"):
+        inject_devices(bundle, gpu_resolution(fake_driver), OPTS)
+    assert elsewhere.read_bytes() == before and (bundle / "config.json").is_symlink()
+
+
+def test_fifo_config_json_is_refused_without_blocking(
+        bundle: Path, fake_driver: list[FakeLibrary]) -> None:
+    (bundle / "config.json").unlink()
+    os.mkfifo(bundle / "config.json")  # open() without O_NONBLOCK would wait for a writer
+    with pytest.raises(InjectionError, match="config.json: cannot read OCI config: not a regular"):
+        inject_devices(bundle, gpu_resolution(fake_driver), OPTS)

@@ -2,11 +2,13 @@
 """Benchmark: parse + inject CDI devices into a bundle (ateom.inject).
 
     python benchmarks/bench_inject.py --bundle DIR --spec-dir DIR --device NAME [-n N] [--cold]
+        [--durable] [--link-pool DIR]
 
 Each op (timed): resolve the device names against the already loaded spec
 registry (the daemon keeps it in memory), then `inject_devices`: read and
 parse config.json, stat host nodes, read SONAMEs, merge, stage the SONAME
-links and write config.json atomically (fsyncs included).
+links and replace config.json atomically (temp file + rename; with --durable
+also an fsync of the file before the rename and of the directory after it).
 Before each op (untimed): restore DIR/config.json from DIR/config.json.orig
 and remove the symlinks the previous op staged, like an actor whose bundle was
 re-unpacked (directories made for the links stay, as mount points would).
@@ -83,6 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", required=True, action="append")
     ap.add_argument("-n", type=int, default=200)
     ap.add_argument("--cold", action="store_true", help="empty the SONAME cache before each op")
+    ap.add_argument("--durable", action="store_true",
+                    help="fsync config.json and the bundle directory (survives power loss)")
     ap.add_argument("--link-pool", metavar="DIR",
                     help="stage links as hard links to a LinkPool in DIR (same filesystem "
                          "as the bundle); --cold empties it before each op")
@@ -119,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
                 pool = LinkPool(a.link_pool)
         t0 = time.perf_counter_ns()
         inject_devices(bundle, registry.resolve(a.device), options, soname_cache=cache,
-                       link_pool=pool)
+                       link_pool=pool, durable=a.durable)
         elapsed = time.perf_counter_ns() - t0
         if i > 0 or a.cold:  # the first warm op fills the cache: not a warm sample
             samples.append(elapsed / 1000)

@@ -1,0 +1,103 @@
+"""Running an emulated runsc in tests: stdio to files, and nothing left behind."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from ateom.testing.runsc_emu import EmulatedRunsc
+
+REAL_RUNSC = shutil.which("runsc", path="/usr/bin:/usr/sbin:/bin") or shutil.which("runsc")
+GLOBAL = ("--network=none", "--ignore-cgroups")
+
+needs_runsc = pytest.mark.skipif(
+    os.geteuid() != 0 or REAL_RUNSC is None or not os.path.exists("/bin/busybox"),
+    reason="needs root, Debian's runsc and /bin/busybox",
+)
+needs_runsc_binary = pytest.mark.skipif(REAL_RUNSC is None, reason="Debian's runsc not installed")
+
+
+@dataclass(frozen=True)
+class Done:
+    code: int
+    out: str
+    err: str
+
+
+def run_files(argv: Sequence[str], workdir: Path, timeout: float = 120) -> Done:
+    """Run `argv` with stdio in files: runsc hands its stdio to the sandbox it starts
+    (a pipe would never see EOF) and chowns them (so never /dev/null)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    out, err, stdin = workdir / "stdout", workdir / "stderr", workdir / "stdin"
+    stdin.write_bytes(b"")
+    with open(stdin, "rb") as fi, open(out, "wb") as fo, open(err, "wb") as fe:
+        code = subprocess.run(list(argv), stdin=fi, stdout=fo, stderr=fe, timeout=timeout,
+                              check=False).returncode
+    return Done(code, out.read_text(errors="replace"), err.read_text(errors="replace"))
+
+
+def root_processes(root: Path) -> list[int]:
+    marker = f"--root={root}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError):
+                if marker in Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0"):
+                    found.append(int(entry))
+    return found
+
+
+class Runsc:
+    """An emulated runsc with its own -root, run with stdio in files."""
+
+    def __init__(self, emu: EmulatedRunsc, base: Path) -> None:
+        self.emu = emu
+        self.base = base
+        self.root = base / "state"
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._n = 0
+
+    def __call__(self, *argv: str, timeout: float = 120) -> Done:
+        self._n += 1
+        return run_files([str(self.emu.path), "--root", str(self.root), *GLOBAL, *argv],
+                         self.base / "io" / str(self._n), timeout)
+
+    def real(self, *argv: str) -> Done:
+        self._n += 1
+        return run_files([REAL_RUNSC or "runsc", "--root", str(self.root), *GLOBAL, *argv],
+                         self.base / "io" / str(self._n))
+
+    def status(self, container: str) -> str:
+        done = self.real("state", container)
+        return done.out.split('"status": "', 1)[1].split('"', 1)[0] if done.code == 0 else ""
+
+    def cleanup(self) -> None:
+        """Delete every container under this root and kill what still runs with it."""
+        listed = self.real("list", "-quiet").out.split()
+        for cid in listed:
+            self.real("delete", "-force", cid)
+        for pid in root_processes(self.root):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while root_processes(self.root) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not root_processes(self.root), "sandbox processes left behind"
+
+
+@pytest.fixture
+def runsc_factory(tmp_path: Path) -> Iterator[list[Runsc]]:
+    """Collects every `Runsc` a test makes, and cleans each up afterwards."""
+    made: list[Runsc] = []
+    yield made
+    for r in made:
+        r.cleanup()

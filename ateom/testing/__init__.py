@@ -59,3 +59,25 @@ __all__ = [
     "write_config",
     "write_sim_gpu_spec",
 ]
+
+# The runsc release emulator (``runsc_emu``): any gVisor release from the
+# shared release files, in front of Debian's real runsc; and a stand-in
+# cuda-checkpoint for inside a sandbox.
+from ateom.testing.cuda_checkpoint_stub import (  # noqa: E402
+    CudaCheckpointStub,
+    install_cuda_checkpoint_stub,
+)
+from ateom.testing.runsc_emu import RELEASES as RUNSC_RELEASES  # noqa: E402
+from ateom.testing.runsc_emu import EmulatedRunsc, RunscCall, install_runsc  # noqa: E402
+from ateom.testing.runsc_emu_gpu import SimGpu, sim_gpus  # noqa: E402
+
+__all__ += [
+    "RUNSC_RELEASES",
+    "CudaCheckpointStub",
+    "EmulatedRunsc",
+    "RunscCall",
+    "SimGpu",
+    "install_cuda_checkpoint_stub",
+    "install_runsc",
+    "sim_gpus",
+]

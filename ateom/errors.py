@@ -22,6 +22,7 @@ class ErrorCode(enum.Enum):
     RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"
     UNIMPLEMENTED = "UNIMPLEMENTED"
     UNAVAILABLE = "UNAVAILABLE"
+    DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"
     INTERNAL = "INTERNAL"
 
 
@@ -83,3 +84,24 @@ class InjectionError(AteomError):
     """Devices could not be injected into a bundle; the bundle was left untouched."""
 
     code = ErrorCode.FAILED_PRECONDITION
+
+
+# How much of an input an error message may echo: enough to recognize it,
+# never so much that the message (a gRPC trailer) outgrows its limit.
+QUOTE_LIMIT = 200
+
+
+def bounded(value: str, limit: int = QUOTE_LIMIT) -> str:
+    """`value`, cut to `limit` characters with a trailing '…' when longer (pure)."""
+    return value if len(value) <= limit else value[:limit] + "…"
+
+
+def quote(value: object, limit: int = QUOTE_LIMIT) -> str:
+    """`value` as a message quotes it: repr of at most `limit` characters, then its
+    length when cut, e.g. ``'abc…' (1048576 chars)`` (pure). Non-strings are
+    shown by their repr, cut the same way."""
+    if not isinstance(value, str):
+        return bounded(repr(value), limit)
+    if len(value) <= limit:
+        return repr(value)
+    return f"{bounded(value, limit)!r} ({len(value)} chars)"

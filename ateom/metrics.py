@@ -31,7 +31,9 @@ from prometheus_client.exposition import start_http_server
 from prometheus_client.registry import Collector
 
 from ateom import __version__
+from ateom.daemon import phases, rpc
 from ateom.errors import AteomError, ErrorCode
+from ateom.inject.soname import DEFAULT_SONAME_CACHE
 
 NAMESPACE = "ateom"
 
@@ -197,8 +199,6 @@ class _SonameCacheCollector(Collector):
 
 def attach_to_daemon(metrics: Metrics) -> Callable[[], None]:
     """Subscribe `metrics` to the daemon's RPC and phase seams; returns the undo."""
-    from ateom.daemon import phases, rpc
-
     rpc.RPC_OBSERVERS.append(metrics.observe_rpc)
     phases.PHASE_OBSERVERS.append(metrics.observe_phase)
 
@@ -288,8 +288,6 @@ def start_daemon_metrics(host_port: str, service: HostsActors) -> MetricsServer:
     SONAME cache at scrape time, served on `host_port`. ``close()`` on the
     result unsubscribes and stops serving.
     """
-    from ateom.inject.soname import DEFAULT_SONAME_CACHE
-
     metrics = Metrics()
     metrics.track_hosted_actors(lambda: len(service.actors))
     metrics.track_soname_cache(DEFAULT_SONAME_CACHE)

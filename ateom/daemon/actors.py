@@ -15,9 +15,10 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
 
+from ateom.daemon import deadline
 from ateom.daemon.requests import ActorRef
+from ateom.daemon.sandbox import Sandbox
 from ateom.errors import AteomError, ErrorCode
 
 
@@ -72,14 +73,17 @@ class Actor:
     ref: ActorRef
     phase: Phase
     lock: threading.Lock = field(default_factory=threading.Lock)
-    containers: tuple[str, ...] = ()  # runsc ids, sandbox root first
+    containers: tuple[str, ...] = ()  # bundle names under oci_bundle_dir, sandbox root first
     devices: tuple[str, ...] = ()
     gpu: bool = False
     sandbox_pid: int = 0
     sandbox_exit: int | None = None
     epoch_unix_nano: int = field(default_factory=time.time_ns)
     memory_peak_bytes: int = 0
-    sandbox: Any = None  # the service's per-actor record (runsc, plan)
+    sandbox: Sandbox | None = None  # set while hosting; None before the plan is made
+    # False for a slot held only while a dead daemon's leftovers are cleared:
+    # it keeps a Run of the same uid out, but takes no capacity.
+    counted: bool = True
 
 
 class ActorTable:
@@ -93,16 +97,31 @@ class ActorTable:
         with self._lock:
             current = self._actors.get(ref.actor_uid)
             phase = next_phase(current.phase if current else None, op, ref.actor_uid)
-            if len(self._actors) >= self.max_actors:
+            hosted = self._counted()
+            if hosted >= self.max_actors:
                 raise AteomError(
                     f"actor {ref.actor_uid}: this worker already hosts"
-                    f" {len(self._actors)}/{self.max_actors} actor(s)",
+                    f" {hosted}/{self.max_actors} actor(s)",
                     code=ErrorCode.RESOURCE_EXHAUSTED,
                 )
             actor = Actor(ref=ref, phase=phase)
             actor.lock.acquire()
             self._actors[ref.actor_uid] = actor
             return actor
+
+    def admit_cleanup(self, ref: ActorRef) -> Actor | None:
+        """Hold `uid`'s slot, locked, while what a dead daemon left of it is cleared
+        (a Run of the same uid is refused meanwhile); None when it is hosted."""
+        with self._lock:
+            if ref.actor_uid in self._actors:
+                return None
+            actor = Actor(ref=ref, phase=Phase.TERMINATING, counted=False)
+            actor.lock.acquire()
+            self._actors[ref.actor_uid] = actor
+            return actor
+
+    def _counted(self) -> int:
+        return sum(1 for a in self._actors.values() if a.counted)
 
     def get(self, uid: str) -> Actor | None:
         with self._lock:
@@ -118,21 +137,32 @@ class ActorTable:
             return list(self._actors.values())
 
     def __len__(self) -> int:
+        """Actors taking capacity (cleanup slots do not)."""
         with self._lock:
-            return len(self._actors)
+            return self._counted()
 
     @contextmanager
-    def operate(self, uid: str, op: Op) -> Iterator[Actor]:
-        """Lock a hosted actor for `op` (waits for its in-flight call); NOT_FOUND if absent.
+    def operate(self, uid: str, op: Op, *, max_wait: float) -> Iterator[Actor]:
+        """Lock a hosted actor for `op`; NOT_FOUND if absent.
 
-        The phase moves to the op's phase inside; on exit it returns to what
-        it was unless the op changed it or removed the actor.
+        Waits for its in-flight call, but no longer than the caller's deadline
+        (then DEADLINE_EXCEEDED) nor `max_wait` seconds (then UNAVAILABLE):
+        an RPC thread must not hang behind a stuck call, and a call whose
+        client gave up must not act. The phase moves to the op's phase inside;
+        on exit it returns to what it was unless the op changed it or removed
+        the actor.
         """
         actor = self.get(uid)
         if actor is None:
             next_phase(None, op, uid)  # raises NOT_FOUND
             raise AssertionError("unreachable")
-        with actor.lock:
+        if not actor.lock.acquire(timeout=deadline.wait_limit(max_wait)):
+            deadline.check(f"actor {uid}: {op.value}")
+            raise AteomError(
+                f"actor {uid}: another call has held it for over {max_wait:g} s;"
+                f" {op.value} not done, try again", code=ErrorCode.UNAVAILABLE)
+        try:
+            deadline.check(f"actor {uid}: {op.value}")
             if self.get(uid) is not actor:  # removed while we waited
                 next_phase(None, op, uid)
             before = actor.phase
@@ -143,3 +173,5 @@ class ActorTable:
             finally:
                 if actor.phase is during:
                     actor.phase = before
+        finally:
+            actor.lock.release()

@@ -14,16 +14,24 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ateom.errors import AteomError, ErrorCode
+from ateom.settings import (
+    DEFAULT_DRIVER_ROOT,
+    DEFAULT_GPU_GLOB,
+    DEFAULT_SPEC_DIRS,
+    DEFAULT_TOOLKIT_DIR,
+    DRIVER_ROOT_ENV,
+    GPU_GLOB_ENV,
+    SPEC_DIRS_ENV,
+    TOOLKIT_DIR_ENV,
+    NodeSettings,
+)
 
 DEFAULT_SOCKET = "/run/ateom/ateom.sock"
 DEFAULT_RUN_DIR = "/run/ateom"
-DEFAULT_GPU_GLOB = "/dev/nvidia[0-9]*"
 DEFAULT_PAUSE_CONTAINER = "_pause"
-# The same names and defaults as the CDI registry's and the injector's own
-# settings: one name per setting, whichever part of ateom reads it.
-DEFAULT_SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")
-DEFAULT_DRIVER_ROOT = "/usr/local/nvidia"
-DEFAULT_TOOLKIT_DIR = "/opt/nvidia-toolkit"
+# gRPC threads no lifecycle call may take: Health (the Pod's liveness probe)
+# and Inspect answer even while every lifecycle slot waits on a slow runsc.
+RESERVED_RPC_THREADS = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +46,7 @@ class DaemonConfig:
     runsc_dir: str = ""
     runsc_global_flags: tuple[str, ...] = ()
     max_actors: int = 1
-    spec_dirs: tuple[str, ...] = ()
+    spec_dirs: tuple[str, ...] = DEFAULT_SPEC_DIRS
     gpu_glob: str = DEFAULT_GPU_GLOB
     nvproxy_driver_version: str = ""
     nvproxy_capabilities: str = ""
@@ -52,7 +60,27 @@ class DaemonConfig:
     toolkit_dir: str = DEFAULT_TOOLKIT_DIR
     runsc_timeout: float = 120.0
     metrics_listen: str = ""
+    lock_wait: float = 300.0
+    log_max_bytes: int = 16 * 1024 * 1024
+    log_retention: float = 3600.0
     env: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def node(self) -> NodeSettings:
+        """The node's GPU settings as this daemon was told them (flag, env, default)."""
+        return NodeSettings(driver_root=self.driver_root, toolkit_dir=self.toolkit_dir,
+                            spec_dirs=self.spec_dirs, gpu_glob=self.gpu_glob)
+
+    @property
+    def rpc_threads(self) -> int:
+        """The gRPC server's worker threads."""
+        return self.lifecycle_slots + RESERVED_RPC_THREADS
+
+    @property
+    def lifecycle_slots(self) -> int:
+        """Ateom-service calls (lifecycle, stats) that may run at once; the rest of
+        the threads are kept for Health and Inspect."""
+        return max(8, self.max_actors * 4)
 
     @property
     def state_root(self) -> str:
@@ -86,9 +114,9 @@ _FLAGS: tuple[tuple[str, str, str, object, str], ...] = (
     ("--runsc-global-flag", "ATEOM_RUNSC_GLOBAL_FLAGS", "list-space", (),
      "global runsc flag added to every call (repeatable), e.g. --network=none"),
     ("--max-actors", "ATEOM_MAX_ACTORS", "int", 1, "actors hosted at once"),
-    ("--spec-dir", "ATEOM_CDI_SPEC_DIRS", "list-colon", DEFAULT_SPEC_DIRS,
+    ("--spec-dir", SPEC_DIRS_ENV, "list-colon", DEFAULT_SPEC_DIRS,
      "CDI spec directory (repeatable; later dirs override earlier)"),
-    ("--gpu-glob", "ATEOM_GPU_GLOB", "str", DEFAULT_GPU_GLOB,
+    ("--gpu-glob", GPU_GLOB_ENV, "str", DEFAULT_GPU_GLOB,
      "the Pod has GPUs when this glob matches"),
     ("--nvproxy-driver-version", "ATEOM_NVPROXY_DRIVER_VERSION", "str", "",
      "passed to runsc --nvproxy-driver-version when set"),
@@ -104,16 +132,23 @@ _FLAGS: tuple[tuple[str, str, str, object, str], ...] = (
      "runsc state, logs and generated CDI specs live here"),
     ("--pause-container", "ATEOM_PAUSE_CONTAINER", "str", DEFAULT_PAUSE_CONTAINER,
      "name of the sandbox's root container bundle"),
-    ("--driver-root", "ATEOM_NVIDIA_DRIVER_ROOT", "str", DEFAULT_DRIVER_ROOT,
+    ("--driver-root", DRIVER_ROOT_ENV, "str", DEFAULT_DRIVER_ROOT,
      "NVIDIA driver root (bin/, lib64/): nvidia-ctk's library search path and the"
      " LD_LIBRARY_PATH entry injected into GPU containers"),
-    ("--toolkit-dir", "ATEOM_NVIDIA_TOOLKIT_DIR", "str", DEFAULT_TOOLKIT_DIR,
+    ("--toolkit-dir", TOOLKIT_DIR_ENV, "str", DEFAULT_TOOLKIT_DIR,
      "NVIDIA container toolkit dir: the trusted nvidia-cdi-hook(.real) kept hooks run,"
      " and the first place nvidia-ctk(.real) is looked for"),
     ("--runsc-timeout", "ATEOM_RUNSC_TIMEOUT", "float", 120.0,
      "seconds one runsc command may take before it is killed"),
     ("--metrics-listen", "ATEOM_METRICS_LISTEN", "str", "",
      "serve Prometheus metrics on HOST:PORT (off unless set)"),
+    ("--lock-wait", "ATEOM_LOCK_WAIT", "float", 300.0,
+     "seconds a call waits for another call on the same actor before giving up"
+     " (UNAVAILABLE); never past the caller's gRPC deadline"),
+    ("--log-max-bytes", "ATEOM_LOG_MAX_BYTES", "int", 16 * 1024 * 1024,
+     "size at which a container's log is rotated (one previous file kept)"),
+    ("--log-retention", "ATEOM_LOG_RETENTION", "float", 3600.0,
+     "seconds an actor's logs are kept once it is no longer hosted"),
 )
 
 
@@ -196,6 +231,10 @@ def check_config(config: DaemonConfig) -> DaemonConfig:
         raise bad(f"--log-level {config.log_level!r}: must be one of {', '.join(LOG_LEVELS)}")
     if config.runsc_timeout <= 0:
         raise bad(f"--runsc-timeout {config.runsc_timeout}: must be > 0")
+    if config.lock_wait < 0 or config.log_retention < 0:
+        raise bad("--lock-wait and --log-retention must be >= 0")
+    if config.log_max_bytes < 4096:
+        raise bad(f"--log-max-bytes {config.log_max_bytes}: must be at least 4096")
     if not _SAFE_COMPONENT.match(config.pause_container) or set(config.pause_container) == {"."}:
         raise bad(f"--pause-container {config.pause_container!r}: must be one path component"
                   " of letters, digits, '.', '_' or '-'")

@@ -12,14 +12,20 @@ from __future__ import annotations
 import glob
 import os
 import shutil
+import tempfile
 import threading
+from collections.abc import Mapping
 
 import structlog
 
+from ateom import safefs
 from ateom.daemon.reaper import Reaper
 from ateom.errors import AteomError, ErrorCode
+from ateom.settings import NodeSettings
 
 log = structlog.get_logger("ateom.gpu")
+
+SPEC_NAME = "nvidia.json"  # the generated spec's file name in the run dir's cdi/
 
 
 def gpu_present(pattern: str) -> bool:
@@ -70,15 +76,20 @@ def find_nvidia_ctk(toolkit_dir: str, driver_root: str, path_env: str) -> str | 
 
 
 class SpecGenerator:
-    """Runs nvidia-ctk cdi generate at most once successfully per process."""
+    """Runs nvidia-ctk cdi generate at most once successfully per process.
 
-    def __init__(self, reaper: Reaper, driver_root: str, out_dir: str,
-                 environ: dict[str, str], *, toolkit_dir: str) -> None:
+    nvidia-ctk writes where it is told, following whatever is there, so it
+    writes into a fresh private directory; ateom then puts the spec in place
+    with its own writer (no symlink followed, old-or-new after a crash).
+    """
+
+    def __init__(self, reaper: Reaper, node: NodeSettings, out_dir: str,
+                 environ: Mapping[str, str], *, beneath: str) -> None:
         self.reaper = reaper
-        self.driver_root = driver_root
-        self.toolkit_dir = toolkit_dir
+        self.node = node
         self.out_dir = out_dir
-        self.environ = environ
+        self.beneath = beneath  # the daemon's run dir: trusted, out_dir below it
+        self.environ = dict(environ)
         self._lock = threading.Lock()
         self.generated: str | None = None
 
@@ -87,28 +98,41 @@ class SpecGenerator:
         with self._lock:
             if self.generated:
                 return self.generated
-            env = dict(self.environ)
-            path_env = env.get("PATH", os.defpath)
-            env["PATH"] = nvidia_ctk_path_env(self.toolkit_dir, self.driver_root, path_env)
-            tool = find_nvidia_ctk(self.toolkit_dir, self.driver_root, path_env)
-            if tool is None:
-                searched = [d for d in (self.toolkit_dir, f"{self.driver_root}/bin") if d]
-                raise AteomError(
-                    "GPUs present but no nvidia.com/gpu CDI spec, and no nvidia-ctk found in"
-                    f" {', '.join(searched)} or $PATH to generate one",
-                    code=ErrorCode.FAILED_PRECONDITION,
-                )
-            os.makedirs(self.out_dir, mode=0o755, exist_ok=True)
-            output = os.path.join(self.out_dir, "nvidia.json")
-            done = self.reaper.run_capture(
-                nvidia_ctk_argv(tool, self.driver_root, output), env=env, timeout=120
+            self.generated = self._generate()
+            return self.generated
+
+    def _generate(self) -> str:
+        node = self.node
+        path_env = self.environ.get("PATH", os.defpath)
+        tool = find_nvidia_ctk(node.toolkit_dir, node.driver_root, path_env)
+        if tool is None:
+            searched = [d for d in (node.toolkit_dir, node.driver_bin_dir) if d]
+            raise AteomError(
+                "GPUs present but no nvidia.com/gpu CDI spec, and no nvidia-ctk found in"
+                f" {', '.join(searched)} or $PATH to generate one",
+                code=ErrorCode.FAILED_PRECONDITION,
             )
-            if done.returncode != 0 or not os.path.exists(output):
+        env = {**self.environ,
+               "PATH": nvidia_ctk_path_env(node.toolkit_dir, node.driver_root, path_env)}
+        safefs.makedirs(self.out_dir, beneath=self.beneath)
+        staging = tempfile.mkdtemp(prefix=".generate-", dir=self.out_dir)  # 0700, new
+        try:
+            staged = os.path.join(staging, SPEC_NAME)
+            done = self.reaper.run_capture(
+                nvidia_ctk_argv(tool, node.driver_root, staged), env=env, timeout=120)
+            try:
+                spec, _ = safefs.read_file(staged, beneath=staging)
+            except OSError:
+                spec = None
+            if done.returncode != 0 or spec is None:
                 raise AteomError(
                     f"nvidia-ctk cdi generate failed (exit {done.returncode}):"
                     f" {done.output[-2048:]}",
                     code=ErrorCode.FAILED_PRECONDITION,
                 )
-            log.info("cdi_spec_generated", path=output, tool=tool)
-            self.generated = output
-            return output
+            output = os.path.join(self.out_dir, SPEC_NAME)
+            safefs.write_atomic(output, spec, beneath=self.beneath)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        log.info("cdi_spec_generated", path=output, tool=tool)
+        return output

@@ -182,7 +182,8 @@ class Reaper:
         never end) and chowns it to the sandbox user (so /dev/null would end
         up owned by nobody).
         """
-        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+        # O_NOFOLLOW: the log dirs are ateom's own, a symlink there is not.
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
         err = os.open(log_path, flags, 0o640)
         out = os.open(stdout_path, flags, 0o640) if stdout_path else err
         r, w = os.pipe()

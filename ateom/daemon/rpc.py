@@ -6,7 +6,8 @@ a request protobuf refuses (bad UTF-8) or one with a NUL in a string is
 INVALID_ARGUMENT, logged and counted like any other refusal, instead of
 grpc's bare INTERNAL. `AteomError.code` names a grpc.StatusCode, so
 translation is by name. Any other exception is INTERNAL (and logged with its
-traceback). Metrics hook here: `RPC_OBSERVERS` are called with (method,
+traceback). The client's deadline is bound for the call (`ateom.daemon.deadline`),
+so waits inside it end with it. Metrics hook here: `RPC_OBSERVERS` are called with (method,
 status code name, seconds).
 """
 
@@ -22,9 +23,8 @@ import structlog
 from google.protobuf import message_factory
 from google.protobuf.descriptor import ServiceDescriptor
 
-from ateom.daemon import wire
-from ateom.daemon.validation import bounded
-from ateom.errors import AteomError
+from ateom.daemon import deadline, wire
+from ateom.errors import AteomError, bounded
 
 log = structlog.get_logger("ateom.rpc")
 
@@ -59,7 +59,8 @@ def rpc(method: str) -> Callable[[F], F]:
                     try:
                         request = wire.decode(request)
                         uid = bounded(getattr(request, "actor_uid", "")) or None
-                        with structlog.contextvars.bound_contextvars(actor_uid=uid):
+                        with structlog.contextvars.bound_contextvars(actor_uid=uid), \
+                                deadline.bound(context.time_remaining()):
                             return fn(self, request, context)
                     except AteomError as exc:
                         code = exc.code.name

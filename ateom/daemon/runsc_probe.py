@@ -18,6 +18,7 @@ import subprocess
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from shutil import which
 
 from ateom.errors import AteomError, ErrorCode
 
@@ -92,8 +93,6 @@ def probe_runsc(path: str, runner: Runner | None = None) -> RunscInfo:
     Raises AteomError FAILED_PRECONDITION when the binary is missing or does
     not behave like runsc.
     """
-    from shutil import which
-
     resolved = which(path) if not os.path.isabs(path) else path
     if not resolved or not os.access(resolved, os.X_OK):
         raise AteomError(

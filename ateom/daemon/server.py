@@ -34,6 +34,7 @@ from ateom.daemon.inspect import InspectServicer
 from ateom.daemon.rpc import add_servicer, rpc
 from ateom.daemon.service import AteomService
 from ateom.errors import AteomError, ErrorCode
+from ateom.metrics import start_daemon_metrics
 
 log = structlog.get_logger("ateom.server")
 
@@ -212,9 +213,10 @@ def start_server(config: DaemonConfig, service: AteomService) -> RunningServer:
     prepare_socket(config.socket)
     os.makedirs(config.state_root, mode=0o700, exist_ok=True)
     os.makedirs(config.log_root, mode=0o750, exist_ok=True)
+    # More threads than the service has call slots: Health and Inspect keep
+    # theirs when every slot waits on runsc (see `ateom.daemon.admission`).
     server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=max(8, config.max_actors * 4),
-                                   thread_name_prefix="rpc"),
+        futures.ThreadPoolExecutor(max_workers=config.rpc_threads, thread_name_prefix="rpc"),
     )
     add_servicer(server, AteomServicer(service), pb.DESCRIPTOR.services_by_name["Ateom"])
     add_servicer(server, InspectServicer(service), pb.DESCRIPTOR.services_by_name["Inspect"])
@@ -267,10 +269,10 @@ def serve(config: DaemonConfig, service: AteomService | None = None) -> int:
     started = time.perf_counter()
     metrics_server = None
     if config.metrics_listen:
-        from ateom.metrics import start_daemon_metrics
-
         metrics_server = start_daemon_metrics(config.metrics_listen, service)
         log.info("metrics", listen=config.metrics_listen, port=metrics_server.port)
+    service.reconcile()  # what a dead predecessor left, before SERVING
+    service.janitor.start()
     running = start_server(config, service)
     log.info("ready", startup_ms=round((time.perf_counter() - started) * 1000, 3))
     while not stop.wait(0.2):
@@ -278,6 +280,7 @@ def serve(config: DaemonConfig, service: AteomService | None = None) -> int:
     running.set_serving(False)
     service.drain(config.shutdown_grace)
     running.stop(grace=1.0)
+    service.janitor.stop()
     if metrics_server is not None:
         metrics_server.close()
     log.info("stopped")

@@ -28,7 +28,7 @@ from ateom.daemon.requests import (
     SnapshotScope,
     TerminateRequest,
 )
-from ateom.errors import AteomError, ErrorCode, QualifiedNameError
+from ateom.errors import QUOTE_LIMIT, AteomError, ErrorCode, QualifiedNameError, quote
 
 # actor_uid becomes a directory name (runsc -root, logs): letters, digits and
 # ._- only, so it can never be "..", contain "/" or start with "-".
@@ -37,24 +37,9 @@ _SAFE_UID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 # become runsc container ids and bundle sub-directories; a leading "_" is
 # impossible, so no app container can be mistaken for the pause container.
 _CONTAINER_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-# How much of an input a message quotes.
-QUOTE_LIMIT = 200
 # Linux's PATH_MAX, NUL included: a longer path cannot be opened, and
 # messages later in a call echo paths that passed these checks.
 _PATH_MAX = 4096
-
-
-def bounded(value: str, limit: int = QUOTE_LIMIT) -> str:
-    """`value`, cut to `limit` characters with a trailing '…' when longer."""
-    return value if len(value) <= limit else value[:limit] + "…"
-
-
-def quote(value: str, limit: int = QUOTE_LIMIT) -> str:
-    """`value` as a message quotes it: repr of at most `limit` characters, then its
-    length when cut, e.g. ``'abc…' (1048576 chars)``."""
-    if len(value) <= limit:
-        return repr(value)
-    return f"{bounded(value, limit)!r} ({len(value)} chars)"
 
 
 def invalid(message: str) -> AteomError:

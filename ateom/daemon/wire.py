@@ -31,6 +31,7 @@ from ateom.daemon.requests import (
     TerminateRequest,
     VolumeMountRequest,
 )
+from ateom.errors import bounded
 
 _POLICIES = {
     pb.DEVICE_POLICY_POD_DEFAULT: DevicePolicy.POD_DEFAULT,
@@ -61,7 +62,7 @@ def decode(request: Any) -> Any:
             # upb names the reason, e.g. "String field had bad UTF-8".
             reason = str(exc).rpartition(": ")[2] or "malformed"
             raise validation.invalid(
-                f"{name}: cannot parse the request: {validation.bounded(reason)}") from None
+                f"{name}: cannot parse the request: {bounded(reason)}") from None
     if isinstance(request, Message):
         check_strings(request)
     return request

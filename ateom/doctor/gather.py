@@ -23,6 +23,8 @@ from typing import Any, Protocol
 
 from ateom.cdi.model import Resolution
 from ateom.cdi.registry import Registry
+from ateom.daemon.gpu import find_nvidia_ctk, nvidia_ctk_argv, nvidia_ctk_path_env
+from ateom.daemon.runsc_probe import probe_runsc
 from ateom.doctor.config import DoctorConfig
 from ateom.doctor.facts import (
     DirFact,
@@ -36,6 +38,9 @@ from ateom.doctor.facts import (
     ToolFact,
 )
 from ateom.errors import AteomError, ResolutionError
+from ateom.inject.injector import plan_injection
+from ateom.inject.options import gvisor_nvidia_options, nvidia_hook_binary
+from ateom.inject.soname import file_kind, read_soname
 
 
 class CommandRunner(Protocol):
@@ -165,8 +170,6 @@ def tool_fact(toolkit_dir: str, name: str) -> ToolFact:
     The hook binary is chosen by the injector's own rule, so the doctor checks
     the very file kept hooks will run.
     """
-    from ateom.inject.options import nvidia_hook_binary
-
     real = os.path.join(toolkit_dir, name + ".real")
     if name == "nvidia-cdi-hook":
         path = nvidia_hook_binary(toolkit_dir)
@@ -216,8 +219,6 @@ def generate_spec(
 
     Returns (tool used, error); error is "" on success.
     """
-    from ateom.daemon.gpu import find_nvidia_ctk, nvidia_ctk_argv, nvidia_ctk_path_env
-
     daemon_path = environ.get("PATH", os.defpath)
     path_env = nvidia_ctk_path_env(config.toolkit_dir, config.driver_root, daemon_path)
     tool = find_nvidia_ctk(config.toolkit_dir, config.driver_root, daemon_path)
@@ -285,8 +286,6 @@ def gather_spec_nodes(resolution: Resolution) -> tuple[SpecNodeFact, ...]:
 
 def gather_libraries(resolution: Resolution) -> tuple[LibraryFact, ...]:
     """Each mounted library's source and SONAME (reads ELF with the injector's reader)."""
-    from ateom.inject.soname import file_kind, read_soname
-
     out = []
     for step in resolution.steps:
         for mount in step.edits.mounts:
@@ -329,8 +328,6 @@ def _supported_drivers(runsc_path: str, run: CommandRunner) -> tuple[str, ...] |
 
 def gather_runsc(config: DoctorConfig, run: CommandRunner = subprocess_runner) -> RunscFact:
     """Probe runsc with the daemon's prober (runs the binary)."""
-    from ateom.daemon.runsc_probe import probe_runsc
-
     path = config.runsc
     run = give_up_after_a_timeout(run, config.probe_timeout)
     try:
@@ -384,9 +381,6 @@ def dry_run_injection(config: DoctorConfig, resolution: Resolution, scratch: str
 
     Plans only: the scratch bundle is not modified (and is deleted by the caller).
     """
-    from ateom.inject.injector import plan_injection
-    from ateom.inject.options import gvisor_nvidia_options
-
     options = gvisor_nvidia_options(
         {
             "ATEOM_NVIDIA_TOOLKIT_DIR": config.toolkit_dir,

@@ -106,8 +106,8 @@ def _shape(message: type) -> list[tuple[str, int, str]]:
     """(name, number, type) of each field, the type spelled as in the issue."""
     from google.protobuf.descriptor import FieldDescriptor as F
 
-    scalar = {F.TYPE_STRING: "string", F.TYPE_INT64: "int64", F.TYPE_INT32: "int32",
-              F.TYPE_BOOL: "bool"}
+    scalar = {F.TYPE_STRING: "string", F.TYPE_INT64: "int64", F.TYPE_UINT64: "uint64",
+              F.TYPE_INT32: "int32", F.TYPE_BOOL: "bool"}
     shape = []
     for f in message.DESCRIPTOR.fields:  # type: ignore[attr-defined]
         if f.message_type is not None and f.message_type.GetOptions().map_entry:
@@ -172,9 +172,12 @@ _CONTRACT: dict[str, list[tuple[str, int, str]]] = {
     "HTTPGetAction": [("path", 1, "string"), ("port", 2, "int32")],
     "WorkloadStatsSample": [
         *_COMMON[:5], ("sandbox_class", 6, "SandboxClass"), ("source", 7, "StatsSource"),
-        *[(name, i, "int64") for i, name in enumerate(
+        # uint64 in the reference: measurements; int64: timestamps.
+        *[(name, i, "uint64") for i, name in enumerate(
             ["memory_current_bytes", "memory_peak_bytes", "memory_working_set_bytes",
-             "cpu_usage_usec", "observed_at_unix_nano", "epoch_unix_nano"], 8)]],
+             "cpu_usage_usec"], 8)],
+        ("observed_at_unix_nano", 12, "int64"), ("epoch_unix_nano", 13, "int64")],
+    "GetWorkloadStatsResponse": [("sample", 1, "WorkloadStatsSample")],
 }
 
 
@@ -200,7 +203,7 @@ def test_contract_enums_and_methods() -> None:
         ("CheckpointWorkload", "CheckpointWorkloadRequest", "CheckpointWorkloadResponse"),
         ("RestoreWorkload", "RestoreWorkloadRequest", "RestoreWorkloadResponse"),
         ("TerminateWorkload", "TerminateWorkloadRequest", "TerminateWorkloadResponse"),
-        ("GetWorkloadStats", "GetWorkloadStatsRequest", "WorkloadStatsSample"),
+        ("GetWorkloadStats", "GetWorkloadStatsRequest", "GetWorkloadStatsResponse"),
         ("GetActiveWorkloadStats", "GetActiveWorkloadStatsRequest",
          "GetActiveWorkloadStatsResponse"),
     ]

@@ -19,7 +19,9 @@ from ateom.daemon.reaper import Reaper
 from ateom.daemon.server import prepare_socket, start_server
 from ateom.daemon.service import AteomService
 from ateom.errors import AteomError, ErrorCode
+from ateom.settings import NodeSettings
 from tests.daemon.fake_runsc import FakeRunsc
+from tests.daemon.test_tls import make_pki
 
 
 @pytest.fixture
@@ -32,7 +34,7 @@ def running(tmp_path: Path):  # type: ignore[no-untyped-def]
     stale.close()
     config = DaemonConfig(actors_root=str(tmp_path / "actors"), runsc=str(fake.path),
                           run_dir=str(tmp_path / "run"), socket=str(sock),
-                          gpu_glob=str(tmp_path / "none*"), listen="127.0.0.1:0")
+                          gpu_glob=str(tmp_path / "none*"))
     service = AteomService(config, reaper=Reaper())
     server = start_server(config, service)
     channel = grpc.insecure_channel(f"unix:{sock}")
@@ -62,11 +64,7 @@ def test_socket_health_and_codes(running) -> None:  # type: ignore[no-untyped-de
     assert not stub.GetActiveWorkloadStats(pb.GetActiveWorkloadStatsRequest()).samples
     stub.TerminateWorkload(pb.TerminateWorkloadRequest(actor_uid="ghost"))  # idempotent
 
-    # --listen: the same services over TCP.
-    assert server.tcp_port
-    with grpc.insecure_channel(f"127.0.0.1:{server.tcp_port}") as tcp:
-        resp = health_pb2_grpc.HealthStub(tcp).Check(health_pb2.HealthCheckRequest(), timeout=10)
-        assert resp.status == health_pb2.HealthCheckResponse.SERVING
+    assert server.tcp_port is None  # no --listen: no TCP (test_tls.py serves TCP)
 
     server.set_serving(False)
     server.service.state = "draining"
@@ -121,9 +119,13 @@ def test_busy_listen_address_is_an_error_naming_the_flag_and_leaves_no_socket(
     busy.bind(("127.0.0.1", 0))
     busy.listen(1)
     sock = tmp_path / "s" / "ateom.sock"
+    (tmp_path / "pki").mkdir()
+    pki = make_pki(tmp_path / "pki")
     config = DaemonConfig(actors_root=str(tmp_path / "actors"), runsc="/bin/false",
                           run_dir=str(tmp_path / "run"), socket=str(sock),
-                          listen=f"127.0.0.1:{busy.getsockname()[1]}")
+                          listen=f"127.0.0.1:{busy.getsockname()[1]}",
+                          tls_cert=str(pki.server_cert), tls_key=str(pki.server_key),
+                          tls_client_ca=str(pki.ca))
     try:
         with pytest.raises(AteomError, match="--listen") as err:
             start_server(config, AteomService(config, reaper=Reaper()))
@@ -144,8 +146,9 @@ def test_spec_generation_runs_once_and_failures_are_not_remembered(tmp_path: Pat
     driver = tmp_path / "driver"
     calls = tmp_path / "calls"
     _fake_ctk(driver, f'echo "$@" >> {calls}; echo driver not loaded >&2; exit 1\n')
-    gen = SpecGenerator(Reaper(), str(driver), str(tmp_path / "out"), {"PATH": os.defpath},
-                        toolkit_dir=str(tmp_path / "no-toolkit"))
+    gen = SpecGenerator(Reaper(), NodeSettings(driver_root=str(driver),
+                                                toolkit_dir=str(tmp_path / "no-toolkit")),
+                        str(tmp_path / "out"), {"PATH": os.defpath}, beneath=str(tmp_path))
     with pytest.raises(AteomError, match="driver not loaded") as err:
         gen.ensure()
     assert err.value.code is ErrorCode.FAILED_PRECONDITION
@@ -162,8 +165,14 @@ def test_spec_generation_runs_once_and_failures_are_not_remembered(tmp_path: Pat
     assert gen.ensure() == out
     lines = calls.read_text().splitlines()
     assert len(lines) == 2
-    assert lines[1] == (f"cdi generate --format=json --library-search-path={driver}/lib64"
-                        f" --output={out}")
+    # nvidia-ctk writes into a private staging dir; ateom puts the spec in place.
+    generate = lines[1].split()
+    assert generate[:3] == ["cdi", "generate", "--format=json"]
+    assert generate[3] == f"--library-search-path={driver}/lib64"
+    staged = Path(generate[4].removeprefix("--output="))
+    assert staged.parent.parent == tmp_path / "out" and staged.name == "nvidia.json"
+    assert not staged.parent.exists()  # the staging dir is gone
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["nvidia.json"]
 
 
 def test_nvidia_ctk_is_found_toolkit_dir_first_real_before_wrapper(tmp_path: Path) -> None:
@@ -203,8 +212,8 @@ def test_spec_generator_runs_the_toolkit_dirs_nvidia_ctk(tmp_path: Path) -> None
         'for a; do case "$a" in --output=*) echo "{}" > "${a#--output=}";; esac; done\n'
     )
     real.chmod(0o755)
-    gen = SpecGenerator(Reaper(), str(driver), str(tmp_path / "out"), {"PATH": "/usr/bin:/bin"},
-                        toolkit_dir=str(toolkit))
+    gen = SpecGenerator(Reaper(), NodeSettings(driver_root=str(driver), toolkit_dir=str(toolkit)),
+                        str(tmp_path / "out"), {"PATH": "/usr/bin:/bin"}, beneath=str(tmp_path))
     assert Path(gen.ensure()).exists()
     # The driver's bin/ still comes first on the child's PATH, as the issue asks.
     assert (toolkit / "seen").read_text().strip() == (

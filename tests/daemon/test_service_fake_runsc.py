@@ -18,6 +18,7 @@ import pytest
 
 from ateom.daemon.actors import Op, Phase
 from ateom.daemon.config import DaemonConfig
+from ateom.daemon.inspect import Inspector
 from ateom.daemon.reaper import Reaper
 from ateom.daemon.requests import (
     ActorDirs,
@@ -192,17 +193,17 @@ class _GatedInjector:
         self.real, self.gate, self.fail = real, gate, fail
         self.applied_while_root_booted = False
 
-    def plan(self, bundle_dir: str, resolution: Any) -> Any:
-        return self.real.plan(bundle_dir, resolution)
+    def plan(self, bundle_dir: str, resolution: Any, config: Any) -> Any:
+        return self.real.plan(bundle_dir, resolution, config)
 
-    def apply(self, plan: Any, config: bytes) -> None:
+    def stage(self, plan: Any) -> None:
         deadline = time.monotonic() + 30
         while not self.gate() and time.monotonic() < deadline:
             time.sleep(0.01)
         self.applied_while_root_booted = self.gate()
         if self.fail:
             raise InjectionError(f"{plan.bundle_dir}/config.json: disk full (test)")
-        self.real.apply(plan, config)
+        self.real.stage(plan)
 
 
 def _gated(w: Any, uid: str, *, fail: bool = False) -> _GatedInjector:
@@ -637,9 +638,10 @@ def test_plan_injection_reads_only_and_names_its_fields(make_world) -> None:  # 
     w = make_world()
     bundle = w.bundles("pl", "app") / "app"
     before = (bundle / "config.json").read_bytes()
-    names, diff = w.service.plan_injection(str(bundle), ["nvidia.com/gpu=1"])
+    inspector = Inspector.for_service(w.service)
+    names, diff = inspector.plan_injection(str(bundle), ["nvidia.com/gpu=1"])
     assert names == ("nvidia.com/gpu=1",) and "/dev/nvidia1" in diff
-    default, _ = w.service.plan_injection(str(bundle), [])
+    default, _ = inspector.plan_injection(str(bundle), [])
     assert default == ("nvidia.com/gpu=0", "nvidia.com/gpu=1")
     assert (bundle / "config.json").read_bytes() == before
     assert not list(bundle.rglob("*.ateom-tmp")) and not (bundle / "rootfs/usr/local").exists()
@@ -654,5 +656,5 @@ def test_plan_injection_reads_only_and_names_its_fields(make_world) -> None:  # 
         (str(bundle), ["amd.com/gpu=0"], ErrorCode.FAILED_PRECONDITION, "amd.com"),
     ]:
         with pytest.raises(AteomError, match=field) as err:
-            w.service.plan_injection(path, names_)
+            inspector.plan_injection(path, names_)
         assert err.value.code is expected, (path, names_)

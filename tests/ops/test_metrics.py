@@ -123,6 +123,9 @@ def test_attach_to_daemon_observes_its_rpc_and_phase_seams() -> None:
         def abort(self, code: grpc.StatusCode, details: str) -> None:
             raise RuntimeError(f"{code.name}: {details}")
 
+        def time_remaining(self) -> float | None:
+            return None  # the client set no deadline
+
     class Servicer:
         @rpc("RunWorkload")
         def RunWorkload(self, request: object, context: object) -> str:

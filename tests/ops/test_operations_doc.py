@@ -39,7 +39,9 @@ def test_every_serve_flag_and_env_twin_is_documented_with_its_default() -> None:
         row = next((r for r in rows if r.startswith(f"| `{flag}` |")), None)
         assert row is not None, f"{flag} missing from the serve table"
         assert f"`{env}`" in row, f"{flag}: env twin {env} not in its row"
-        if isinstance(default, (int, float)) and not isinstance(default, bool):
+        if isinstance(default, int) and not isinstance(default, bool):
+            assert f"`{default}`" in row, f"{flag}: default {default} not in {row}"
+        elif isinstance(default, float):
             assert re.search(rf"`{default:g}`", row), f"{flag}: default {default} not in {row}"
         elif isinstance(default, str) and default:
             assert default in row, f"{flag}: default {default!r} not in {row}"

@@ -309,7 +309,7 @@ def test_doctor_config_for_daemon_is_what_serve_resolved() -> None:
     import argparse
 
     from ateom.daemon import config as daemon_config
-    from ateom.doctor import doctor_config_for_daemon
+    from ateom.daemon.inspect import doctor_config
 
     parser = argparse.ArgumentParser()
     daemon_config.add_flags(parser)
@@ -318,7 +318,7 @@ def test_doctor_config_for_daemon_is_what_serve_resolved() -> None:
     served = daemon_config.from_args(parser.parse_args(
         ["--driver-root", "/flag-drv", "--gpu-glob", "/g/nvidia[0-9]*", "--runsc", "/bin/rs",
          "--nvproxy-driver-version", "550.54.15"]), env)
-    cfg = doctor_config_for_daemon(served)
+    cfg = doctor_config(served, served.spec_dirs)
     # Flags beat env in the daemon, so they do in its doctor too.
     assert (cfg.driver_root, cfg.toolkit_dir, cfg.spec_dirs) == (
         "/flag-drv", "/env-tk", ("/env-a", "/env-b"))

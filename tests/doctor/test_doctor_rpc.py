@@ -19,11 +19,12 @@ import pytest
 from ateom._proto import ateom_pb2 as pb
 from ateom._proto import ateom_pb2_grpc as pb_grpc
 from ateom.daemon.config import DaemonConfig
+from ateom.daemon.inspect import Inspector
 from ateom.daemon.reaper import Reaper
 from ateom.daemon.server import RunningServer, start_server
 from ateom.daemon.service import AteomService
 from ateom.doctor import CHECK_NAMES
-from tests.ops.gpu_worker import GpuWorker
+from tests.doctor.gpu_worker import GpuWorker
 
 REPO = Path(__file__).resolve().parents[2]
 STATUS_NAME = {pb.DOCTOR_STATUS_PASS: "PASS", pb.DOCTOR_STATUS_WARN: "WARN",
@@ -109,7 +110,7 @@ def test_requested_devices_replace_the_default(
 
 def test_a_second_report_meanwhile_is_refused_not_queued(
         server: RunningServer, inspect: pb_grpc.InspectStub) -> None:
-    lock = server.service._doctor_lock
+    lock = Inspector.doctor_lock
     assert lock.acquire(blocking=False)  # a report in progress
     try:
         with pytest.raises(grpc.RpcError) as err:

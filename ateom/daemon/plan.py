@@ -1,0 +1,222 @@
+"""The sandbox plan: what each of an actor's bundles will become, decided before
+anything is written.
+
+`SandboxPlanner.plan` reads each bundle's config.json once (never through a
+symlink), checks it (shape, foreign hooks, rootfs and writable mounts
+confined), chooses and resolves the container's CDI devices, plans their
+injection over the config already parsed, makes ateom's own edits and
+serializes the result once. Writing is the bundle store's job, and it writes
+exactly these bytes: the plan applied is the plan made.
+
+Side effects: reads bundles, spec files, host device nodes and libraries;
+when the Pod has GPUs but no spec for them it may run nvidia-ctk once to
+generate one (the daemon's own run dir). It writes nothing into bundles.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import structlog
+
+from ateom import safefs
+from ateom.cdi.model import Resolution
+from ateom.cdi.registry import Registry
+from ateom.daemon import bundles, confine, devices, validation
+from ateom.daemon.catalog import DeviceCatalog
+from ateom.daemon.phases import phase
+from ateom.daemon.requests import ActorDirs, ContainerRequest, DevicePolicy
+from ateom.daemon.runsc import sandbox_root_id
+from ateom.daemon.runsc_probe import RunscInfo
+from ateom.errors import AteomError, ErrorCode, quote
+from ateom.inject.injector import InjectionPlan, plan_injection, stage_links
+from ateom.inject.options import InjectOptions, gvisor_nvidia_options
+from ateom.settings import DRIVER_ROOT_ENV, TOOLKIT_DIR_ENV, NodeSettings
+
+log = structlog.get_logger("ateom.plan")
+
+CONFIG_NAME = "config.json"
+
+# A bundle's config.json as read: its bytes and their parse.
+BundleConfig = tuple[bytes, dict[str, Any]]
+
+
+class Injector(Protocol):
+    """How devices get into a bundle: plan over a parsed config (reads host facts
+    and the rootfs), then stage the rootfs side (SONAME links). config.json
+    itself is written by the bundle store."""
+
+    def plan(self, bundle_dir: str, resolution: Resolution,
+             config: BundleConfig) -> InjectionPlan: ...
+
+    def stage(self, plan: InjectionPlan) -> None: ...
+
+
+class CdiInjector:
+    """The CDI injector with the gVisor NVIDIA profile for this node's settings."""
+
+    def __init__(self, node: NodeSettings) -> None:
+        self.node = node
+
+    def options(self) -> InjectOptions:
+        """The injector's options for this node (stats the toolkit dir for its hook)."""
+        return gvisor_nvidia_options({DRIVER_ROOT_ENV: self.node.driver_root,
+                                      TOOLKIT_DIR_ENV: self.node.toolkit_dir})
+
+    def plan(self, bundle_dir: str, resolution: Resolution,
+             config: BundleConfig) -> InjectionPlan:
+        return plan_injection(bundle_dir, resolution, self.options(), config=config)
+
+    def stage(self, plan: InjectionPlan) -> None:
+        stage_links(plan)
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerPlan:
+    name: str  # the bundle's directory name under oci_bundle_dir
+    runsc_id: str  # its runsc container id (the sandbox root's carries the uid)
+    bundle: str
+    original: bytes  # config.json as the node agent left it (given back on clean-up)
+    prepared: bytes  # config.json runsc sees (devices injected, ateom's edits made)
+    devices: tuple[str, ...]
+    injection: InjectionPlan | None  # None without devices
+    is_sandbox: bool
+
+    @property
+    def config_path(self) -> str:
+        return os.path.join(self.bundle, CONFIG_NAME)
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxPlan:
+    containers: tuple[ContainerPlan, ...]  # sandbox root first
+
+    @property
+    def gpu(self) -> bool:
+        return any(c.devices for c in self.containers)
+
+    @property
+    def runsc_ids(self) -> tuple[str, ...]:
+        """runsc container ids, sandbox root first."""
+        return tuple(c.runsc_id for c in self.containers)
+
+    @property
+    def root_id(self) -> str:
+        return self.containers[0].runsc_id
+
+    @property
+    def container_names(self) -> tuple[str, ...]:
+        """Bundle names, sandbox root first."""
+        return tuple(c.name for c in self.containers)
+
+    @property
+    def devices(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(d for c in self.containers for d in c.devices))
+
+
+@dataclass(frozen=True, slots=True)
+class _Context:
+    """What every container of one actor's plan shares."""
+
+    bundle_root: str
+    root_id: str  # the sandbox root's runsc id
+    info: RunscInfo
+    actor_dirs: tuple[str, ...]  # where writable bind mounts may come from
+    registry: Registry | None  # None when no container can get devices
+    gpu_present: bool
+    pod_default: tuple[str, ...]
+
+
+def read_bundle_config(bundle: str, name: str, beneath: str) -> BundleConfig:
+    """config.json of `bundle`, read once and parsed (never through a symlink, never
+    a FIFO); errors name the container and the file."""
+    path = os.path.join(bundle, CONFIG_NAME)
+    try:
+        raw, _ = safefs.read_file(path, beneath=beneath)
+    except FileNotFoundError:
+        raise AteomError(
+            f"container {name!r}: bundle {quote(bundle)} has no config.json (the node agent"
+            " prepares one bundle per container under oci_bundle_dir)",
+            code=ErrorCode.FAILED_PRECONDITION) from None
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EINVAL, errno.EXDEV):
+            raise AteomError(f"{quote(path)}: must be a regular file in a real directory"
+                             f" (no symlinks): {exc.strerror}",
+                             code=ErrorCode.INVALID_ARGUMENT) from None
+        raise AteomError(f"{quote(path)}: cannot read: {exc.strerror}",
+                         code=ErrorCode.FAILED_PRECONDITION) from None
+    return raw, bundles.parse_config(raw, path)
+
+
+class SandboxPlanner:
+    def __init__(self, *, actors_root: str, pause_container: str, catalog: DeviceCatalog,
+                 injector: Injector) -> None:
+        self.actors_root = actors_root
+        self.pause = pause_container
+        self.catalog = catalog
+        self.injector = injector
+
+    def plan(self, uid: str, dirs: ActorDirs, containers: Sequence[ContainerRequest],
+             info: RunscInfo, *, cpu_milli: int = 0, memory_bytes: int = 0) -> SandboxPlan:
+        """Plan every bundle of the actor, sandbox root first (see the module doc)."""
+        ctx = self._context(uid, dirs, containers, info)
+        plans = [self._container(ctx, self.pause, None, cpu_milli, memory_bytes)]
+        plans += [self._container(ctx, c.name, c, 0, 0) for c in containers]
+        return SandboxPlan(tuple(plans))
+
+    def _context(self, uid: str, dirs: ActorDirs, containers: Sequence[ContainerRequest],
+                 info: RunscInfo) -> _Context:
+        present = self.catalog.gpu_present()
+        wants_default = present and any(
+            c.devices.policy is DevicePolicy.POD_DEFAULT for c in containers)
+        registry = None
+        if wants_default or any(c.devices.policy is DevicePolicy.EXPLICIT for c in containers):
+            registry = self.catalog.registry(generate_gpu_spec=wants_default)
+        return _Context(
+            bundle_root=dirs.oci_bundle_dir, root_id=sandbox_root_id(uid, self.pause),
+            info=info, actor_dirs=tuple(path for _, path in dirs.items() if path),
+            registry=registry, gpu_present=present,
+            pod_default=self.catalog.pod_default(registry) if registry else ())
+
+    def _container(self, ctx: _Context, name: str, request: ContainerRequest | None,
+                   cpu_milli: int, memory_bytes: int) -> ContainerPlan:
+        bundle = os.path.join(ctx.bundle_root, name)
+        config_path = os.path.join(bundle, CONFIG_NAME)
+        # Named plainly here; the read below refuses any symlink again, in case
+        # the bundle changes in between.
+        validation.check_path_on_disk(f"container {name!r}: bundle", bundle, self.actors_root)
+        original, parsed = read_bundle_config(bundle, name, self.actors_root)
+        bundles.refuse_foreign_hooks(parsed, config_path)
+        confine.check_bundle_config(bundle, parsed, config_path, ctx.actor_dirs)
+        names: tuple[str, ...] = ()
+        if request is not None:
+            names = devices.choose_devices(request, gpu_present=ctx.gpu_present,
+                                           pod_default=ctx.pod_default)
+        injection = None
+        if names:
+            injection = self._injection(ctx, name, bundle, names, (original, parsed))
+            parsed = injection.merged
+        prepared = bundles.prepare_config(
+            parsed, config_path, container=name, sandbox_id=ctx.root_id,
+            is_sandbox=request is None, cpu_milli=cpu_milli, memory_bytes=memory_bytes,
+        )
+        if prepared.removed_annotations:
+            log.warning("foreign_annotations_removed", container=name,
+                        annotations=list(prepared.removed_annotations))
+        return ContainerPlan(name, ctx.root_id if request is None else name, bundle, original,
+                             bundles.dump_config(prepared.config), names, injection,
+                             request is None)
+
+    def _injection(self, ctx: _Context, name: str, bundle: str, names: tuple[str, ...],
+                   config: BundleConfig) -> InjectionPlan:
+        assert ctx.registry is not None
+        devices.check_gvisor_devices(name, names)
+        resolution = ctx.registry.resolve(list(names))
+        devices.check_resolution_for_gvisor(name, resolution)
+        devices.check_nvproxy(ctx.info)  # before reading any library
+        with phase("inject.plan", container=name):
+            return self.injector.plan(bundle, resolution, config)

@@ -1,0 +1,145 @@
+"""A sandbox's runsc side: boot its containers in order, tear them down in reverse.
+
+Boot: the sandbox root (``<uid>_pause``) first, its GPU flags on its own
+create/restore only (they are global to the sandbox), then each app
+container. Teardown: TERM, a grace, KILL, delete, apps before the root; then
+any runsc process still running with the actor's ``-root`` is killed (a
+container a failed flow left ``created`` keeps its sandbox after
+``delete -force``) and the state dir goes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import structlog
+
+from ateom.daemon.phases import phase
+from ateom.daemon.plan import ContainerPlan, SandboxPlan
+from ateom.daemon.runsc import Runsc
+
+log = structlog.get_logger("ateom.sandbox")
+
+
+@dataclass
+class Sandbox:
+    """What the daemon keeps per hosted actor: its runsc, its plan, and which
+    bundles hold ateom's config right now (given back on release)."""
+
+    runsc: Runsc
+    plan: SandboxPlan
+    applied: list[ContainerPlan] = field(default_factory=list)
+
+
+def pid_file(runsc: Runsc, runsc_id: str) -> str:
+    return os.path.join(runsc.target.root, f"{runsc_id}.pid")
+
+
+def read_pid(path: str) -> int:
+    """The pid runsc wrote, 0 when none (reads a file)."""
+    try:
+        with open(path) as f:
+            return max(int(f.read().strip() or 0), 0)
+    except (OSError, ValueError):
+        return 0
+
+
+def boot(sandbox: Sandbox, containers: Sequence[ContainerPlan], image_path: str | None,
+         on_sandbox_pid: Callable[[int], None]) -> None:
+    """runsc create+start (or restore from `image_path`) each of `containers`, in
+    order; `on_sandbox_pid` gets the sandbox's pid once the root is up."""
+    runsc = sandbox.runsc
+    os.makedirs(runsc.target.root, mode=0o700, exist_ok=True)
+    for c in containers:
+        pids = pid_file(runsc, c.runsc_id)
+        gpu = sandbox.plan.gpu and c.is_sandbox
+        if image_path is not None:
+            if runsc.target.info.restore_needs_create:
+                with phase("runsc.create", container=c.name):
+                    runsc.create(c.runsc_id, c.bundle, pids, gpu=gpu)
+            with phase("runsc.restore", container=c.name):
+                runsc.restore(c.runsc_id, c.bundle, image_path, pids, gpu=gpu)
+        else:
+            with phase("runsc.create", container=c.name):
+                runsc.create(c.runsc_id, c.bundle, pids, gpu=gpu)
+            with phase("runsc.start", container=c.name):
+                runsc.start(c.runsc_id)
+        if c.is_sandbox:
+            pid = read_pid(pids)
+            if pid:
+                on_sandbox_pid(pid)
+
+
+def sandbox_processes(root: str) -> list[int]:
+    """Pids of runsc processes (sandbox, gofer...) run with ``--root=<root>`` (reads /proc)."""
+    marker = f"--root={root}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                args = f.read().split(b"\0")
+        except OSError:
+            continue
+        if marker in args:
+            found.append(int(entry))
+    return found
+
+
+def _stop(runsc: Runsc, ordered: Sequence[str], grace: float) -> None:
+    """TERM each container, wait up to `grace` for all to stop, then KILL."""
+    if grace > 0 and ordered:
+        for name in ordered:
+            runsc.kill(name, "TERM")
+        deadline = time.monotonic() + grace
+        waiting = list(ordered)
+        while waiting and time.monotonic() < deadline:
+            waiting = [n for n in waiting if runsc.status(n) not in ("stopped", "")]
+            if waiting:
+                time.sleep(0.05)
+    for name in ordered:
+        runsc.kill(name, "KILL")
+
+
+def kill_sandbox_processes(root: str) -> None:
+    """SIGKILL every runsc process run with ``--root=<root>``; wait (5 s) for them to go."""
+    leftovers = sandbox_processes(root)
+    for pid in leftovers:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    if leftovers:
+        log.warning("sandbox_processes_killed", pids=leftovers)
+    deadline = time.monotonic() + 5
+    while sandbox_processes(root) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def teardown(runsc: Runsc, runsc_ids: Sequence[str], grace: float, *,
+             ask_runsc: bool = True) -> None:
+    """Stop and delete apps then the sandbox root; clean the state dir.
+
+    Skips what `runsc list` no longer shows (`ask_runsc` False: the caller
+    knows every container exists, as right after a checkpoint); containers
+    runsc lists that `runsc_ids` does not name are killed and deleted too.
+    """
+    with phase("teardown"):
+        listed = runsc.list() if ask_runsc else None
+        known = set(runsc_ids) if listed is None else set(listed)
+        present = [n for n in runsc_ids if n in known]
+        ordered = list(reversed(present))  # apps first, sandbox root last
+        _stop(runsc, ordered, grace)
+        for name in ordered:
+            with phase("runsc.delete", container=runsc.log_names.get(name, name)):
+                runsc.delete(name)
+        for name in sorted(known - set(present)):  # containers we never asked for
+            runsc.kill(name, "KILL")
+            runsc.delete(name)
+        kill_sandbox_processes(runsc.target.root)
+        shutil.rmtree(runsc.target.root, ignore_errors=True)

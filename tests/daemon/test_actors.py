@@ -1,0 +1,91 @@
+"""The actor state machine and the hosting table."""
+
+from __future__ import annotations
+
+import pytest
+
+from ateom.daemon.actors import ActorTable, Op, Phase, next_phase
+from ateom.daemon.requests import (
+    ActorRef,
+)
+from ateom.errors import AteomError, ErrorCode
+from tests.daemon.pure_support import code
+
+# -- state machine --------------------------------------------------------------
+
+@pytest.mark.parametrize("phase", [None, *Phase])
+@pytest.mark.parametrize("op", list(Op))
+def test_transitions(phase: Phase | None, op: Op) -> None:
+    allowed = {
+        (None, Op.RUN): Phase.BOOTING, (None, Op.RESTORE): Phase.RESTORING,
+        (Phase.RUNNING, Op.CHECKPOINT): Phase.CHECKPOINTING,
+        (Phase.RUNNING, Op.TERMINATE): Phase.TERMINATING,
+        (Phase.RUNNING, Op.STATS): Phase.RUNNING,
+    }
+    if (phase, op) in allowed:
+        assert next_phase(phase, op, "a") is allowed[(phase, op)]
+    elif phase is None:
+        assert code(next_phase, phase, op, "a") is ErrorCode.NOT_FOUND
+    else:
+        assert code(next_phase, phase, op, "a") is ErrorCode.FAILED_PRECONDITION
+
+
+def test_table_admission_and_operate() -> None:
+    table = ActorTable(max_actors=1)
+    a = table.admit(ActorRef("a"), Op.RUN)
+    assert code(table.admit, ActorRef("a"), Op.RUN) is ErrorCode.FAILED_PRECONDITION
+    assert code(table.admit, ActorRef("b"), Op.RESTORE) is ErrorCode.RESOURCE_EXHAUSTED
+    a.phase = Phase.RUNNING
+    a.lock.release()
+    with pytest.raises(AteomError), table.operate("a", Op.CHECKPOINT, max_wait=1) as actor:
+        assert actor.phase is Phase.CHECKPOINTING
+        raise AteomError("runsc refused", code=ErrorCode.FAILED_PRECONDITION)
+    assert a.phase is Phase.RUNNING  # a failed op leaves the actor as it was
+    with table.operate("a", Op.TERMINATE, max_wait=1) as actor:
+        table.remove(actor)
+    assert len(table) == 0
+    with pytest.raises(AteomError) as err, table.operate("a", Op.CHECKPOINT, max_wait=1):
+        pass
+    assert err.value.code is ErrorCode.NOT_FOUND
+
+
+def test_a_wait_for_a_busy_actor_is_bounded_and_then_does_nothing() -> None:
+    import threading
+
+    from ateom.daemon import deadline
+    from ateom.daemon.requests import ActorRef
+
+    table = ActorTable(1)
+    actor = table.admit(ActorRef("a"), Op.RUN)
+    actor.phase = Phase.RUNNING  # the lock stays held: a stuck call
+    ran = threading.Event()
+    with pytest.raises(AteomError) as err:
+        with table.operate("a", Op.TERMINATE, max_wait=0.05):
+            ran.set()
+    assert err.value.code is ErrorCode.UNAVAILABLE and not ran.is_set()
+    with deadline.bound(0.05), pytest.raises(AteomError) as err:
+        with table.operate("a", Op.TERMINATE, max_wait=60):
+            ran.set()
+    assert err.value.code is ErrorCode.DEADLINE_EXCEEDED and not ran.is_set()
+    # The lock frees after the deadline: the late call still does nothing.
+    actor.lock.release()
+    with deadline.bound(-1), pytest.raises(AteomError) as err:
+        with table.operate("a", Op.TERMINATE, max_wait=60):
+            ran.set()
+    assert err.value.code is ErrorCode.DEADLINE_EXCEEDED and not ran.is_set()
+    assert actor.phase is Phase.RUNNING and not actor.lock.locked()
+
+
+def test_a_cleanup_slot_keeps_a_run_out_but_takes_no_capacity() -> None:
+    from ateom.daemon.requests import ActorRef
+
+    table = ActorTable(1)
+    cleanup = table.admit_cleanup(ActorRef("gone"))
+    assert cleanup is not None and len(table) == 0
+    with pytest.raises(AteomError) as err:
+        table.admit(ActorRef("gone"), Op.RUN)
+    assert err.value.code is ErrorCode.FAILED_PRECONDITION
+    other = table.admit(ActorRef("other"), Op.RUN)  # the one slot is still free
+    assert table.admit_cleanup(ActorRef("other")) is None  # hosted: no cleanup
+    table.remove(cleanup)
+    table.remove(other)

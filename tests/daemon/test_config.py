@@ -1,0 +1,81 @@
+"""ateom serve's flags, their env twins and their checks."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from ateom.daemon import config as daemon_config
+from ateom.errors import ErrorCode
+from tests.daemon.pure_support import code
+
+# -- config -------------------------------------------------------------------
+
+def _parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    daemon_config.add_flags(parser)
+    return parser.parse_args(argv)
+
+
+def test_flags_env_twins_and_precedence() -> None:
+    env = {"ATEOM_ACTORS_ROOT": "/env/root", "ATEOM_MAX_ACTORS": "3",
+           "ATEOM_RUNSC_GLOBAL_FLAGS": "--network=none --ignore-cgroups",
+           "ATEOM_CDI_SPEC_DIRS": "/a:/b", "ATEOM_SHUTDOWN_GRACE": "2.5",
+           "ATEOM_SOCKET": "/env.sock"}
+    cfg = daemon_config.from_args(_parse(["--socket", "/flag.sock"]), env)
+    assert cfg.socket == "/flag.sock"  # flag beats env
+    assert cfg.actors_root == "/env/root" and cfg.max_actors == 3
+    assert cfg.runsc_global_flags == ("--network=none", "--ignore-cgroups")
+    assert cfg.spec_dirs == ("/a", "/b") and cfg.shutdown_grace == 2.5
+    cfg = daemon_config.from_args(_parse([
+        "--actors-root", "/r", "--runsc-global-flag=--network=none",
+        "--runsc-global-flag=--ignore-cgroups", "--spec-dir", "/x", "--spec-dir", "/y"]), {})
+    assert cfg.runsc_global_flags == ("--network=none", "--ignore-cgroups")
+    assert cfg.spec_dirs == ("/x", "/y")
+    assert (cfg.socket, cfg.max_actors, cfg.listen) == ("/run/ateom/ateom.sock", 1, "")
+
+
+def test_every_flag_has_an_env_twin() -> None:
+    # Settings other parts of ateom read too keep those parts' names.
+    shared = {"--spec-dir": "ATEOM_CDI_SPEC_DIRS", "--driver-root": "ATEOM_NVIDIA_DRIVER_ROOT",
+              "--toolkit-dir": "ATEOM_NVIDIA_TOOLKIT_DIR",
+              "--runsc-global-flag": "ATEOM_RUNSC_GLOBAL_FLAGS"}
+    for flag, env, *_ in daemon_config._FLAGS:
+        assert env == shared.get(flag, "ATEOM_" + flag[2:].upper().replace("-", "_"))
+    assert set(shared) <= {f for f, *_ in daemon_config._FLAGS}
+
+
+def test_shared_settings_have_one_name_and_one_default() -> None:
+    from ateom.cdi import registry
+    from ateom.inject import options
+
+    env = {"ATEOM_ACTORS_ROOT": "/r", "ATEOM_CDI_SPEC_DIRS": "/s1::/s2",
+           "ATEOM_NVIDIA_DRIVER_ROOT": "/drv", "ATEOM_NVIDIA_TOOLKIT_DIR": "/tk"}
+    cfg = daemon_config.from_args(_parse([]), env)
+    assert cfg.spec_dirs == registry.default_spec_dirs(env) == ("/s1", "/s2")
+    assert (cfg.driver_root, cfg.toolkit_dir) == ("/drv", "/tk")
+    # The daemon's old spellings are gone, not silently read.
+    cfg = daemon_config.from_args(_parse([]), {"ATEOM_ACTORS_ROOT": "/r",
+                                                "ATEOM_SPEC_DIRS": "/old",
+                                                "ATEOM_DRIVER_ROOT": "/old"})
+    assert cfg.spec_dirs == registry.DEFAULT_SPEC_DIRS == daemon_config.DEFAULT_SPEC_DIRS
+    assert cfg.driver_root == options.DEFAULT_DRIVER_ROOT == daemon_config.DEFAULT_DRIVER_ROOT
+    assert cfg.toolkit_dir == options.DEFAULT_TOOLKIT_DIR == daemon_config.DEFAULT_TOOLKIT_DIR
+    cfg = daemon_config.from_args(
+        _parse(["--driver-root", "/flag-drv", "--toolkit-dir", "/flag-tk"]), env)
+    assert (cfg.driver_root, cfg.toolkit_dir) == ("/flag-drv", "/flag-tk")
+
+
+@pytest.mark.parametrize("argv, env", [
+    ([], {}), (["--actors-root", "rel"], {}), (["--actors-root", "/r", "--max-actors", "0"], {}),
+    (["--actors-root", "/r"], {"ATEOM_MAX_ACTORS": "many"}),
+    (["--actors-root", "/r", "--log-level", "nonsense"], {}),
+    (["--actors-root", "/r"], {"ATEOM_LOG_LEVEL": "verbose"}),
+    (["--actors-root", "/r", "--runsc-timeout", "0"], {}),
+    (["--actors-root", "/r", "--socket", ""], {}),
+    (["--actors-root", "/r", "--pause-container", "../x"], {}),
+    (["--actors-root", "/r", "--pause-container", ""], {}),
+])
+def test_bad_config(argv: list[str], env: dict[str, str]) -> None:
+    assert code(daemon_config.from_args, _parse(argv), env) is ErrorCode.INVALID_ARGUMENT

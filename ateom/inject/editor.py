@@ -18,16 +18,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+Path = tuple[str, ...]
+
 
 class ConfigEditor:
     """Reads see the edits made so far; writes copy a section the first time."""
 
     def __init__(self, config: Mapping[str, Any]) -> None:
         self._root: dict[str, Any] = dict(config)
-        # The containers this editor made (copies or new ones), by id: only
-        # those may be written in place. Held here too, so that an id is
-        # never reused while the editor lives, even for one replaced since.
-        self._owned: dict[int, Any] = {id(self._root): self._root}
+        # The containers this editor made (copies or new ones), by path: only
+        # these may be written in place, and a second write to a section
+        # finds it here in one lookup.
+        self._made: dict[Path, Any] = {(): self._root}
 
     def get(self, *keys: str) -> Any:
         """The value at `keys` (None when it or a parent is absent or not an object)."""
@@ -38,41 +40,43 @@ class ConfigEditor:
             node = node.get(key)
         return node
 
-    def _own(self, parent: dict[str, Any], key: str, kind: type,
-             accept: type | tuple[type, ...]) -> Any:
-        value = parent.get(key)
-        if value is not None and id(value) in self._owned:
-            return value
+    def _writable(self, keys: Path, kind: type, accept: type | tuple[type, ...]) -> Any:
+        found = self._made.get(keys)
+        if type(found) is kind:
+            return found
+        parent = self.section(*keys[:-1])
+        value = parent.get(keys[-1])
         # A missing section, or one of the wrong type (the shape checker
         # refuses those in a bundle's config; the merge treats them as absent).
-        copy = kind(value) if isinstance(value, accept) else kind()
-        parent[key] = copy
-        self._owned[id(copy)] = copy
-        return copy
+        made = kind(value) if isinstance(value, accept) else kind()
+        self._replace(keys, parent, made)
+        return made
+
+    def _replace(self, keys: Path, parent: dict[str, Any], value: Any) -> None:
+        parent[keys[-1]] = value
+        depth = len(keys)
+        for path in [p for p in self._made if p[:depth] == keys]:
+            del self._made[path]  # what this editor made below the old value is gone
+        if isinstance(value, (dict, list)):
+            self._made[keys] = value
 
     def section(self, *keys: str) -> dict[str, Any]:
         """The object at `keys`, writable: it and its parents are copied (or
         made) the first time, and belong to this editor from then on."""
-        node = self._root
-        for key in keys:
-            node = self._own(node, key, dict, Mapping)
-        return node
+        section: dict[str, Any] = self._writable(keys, dict, Mapping) if keys else self._root
+        return section
 
     def array(self, *keys: str) -> list[Any]:
         """The array at `keys`, writable (copied or made the first time, with
         its parents)."""
-        *parents, last = keys
-        array: list[Any] = self._own(self.section(*parents), last, list, (list, tuple))
+        array: list[Any] = self._writable(keys, list, (list, tuple))
         return array
 
     def put(self, *keys: str, value: Any) -> None:
         """Put `value` at `keys` (parents copied or made). `value` becomes this
         editor's, written in place by later edits: pass a new one, never a
         part of the input."""
-        *parents, last = keys
-        self.section(*parents)[last] = value
-        if isinstance(value, (dict, list)):
-            self._owned[id(value)] = value
+        self._replace(keys, self.section(*keys[:-1]), value)
 
     def result(self) -> dict[str, Any]:
         """The edited config (a new top-level object, even with no edits)."""

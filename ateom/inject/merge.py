@@ -89,7 +89,12 @@ def apply_device_nodes(editor: ConfigEditor, step: EditStep, host: HostFacts,
     index = {str(d.get("path")): i for i, d in enumerate(devices)}
     # A set beside the list: `rule in rules` compared every pair of dicts,
     # quadratic in a GPU node count that grows with the node's GPUs.
-    known = {_rule_key(r) for r in rules}
+    known: set[_RuleKey] = set()
+    for r in rules:
+        try:
+            known.add(_rule_key(r))
+        except TypeError:
+            pass  # a config's rule holding an array or object: no rule of ours equals it
     for node in step.edits.device_nodes:
         device = complete_device_node(node, host.nodes.get(node.host), step, process_ids)
         at = index.get(node.path)
@@ -107,18 +112,12 @@ def apply_device_nodes(editor: ConfigEditor, step: EditStep, host: HostFacts,
 _RuleKey = tuple[Any, ...]
 
 
-def _rule_key(rule: Mapping[str, Any]) -> _RuleKey | None:
-    """A hashable stand-in for a device-cgroup rule: equal for two rules exactly
-    when the rules are equal, if one of them is a `cgroup_rule` (five keys,
-    none null). None for a config's rule that holds an array or object: no
-    rule of ours can equal it."""
-    key = (len(rule), rule.get("allow"), rule.get("type"), rule.get("major"),
-           rule.get("minor"), rule.get("access"))
-    try:
-        hash(key)
-    except TypeError:
-        return None
-    return key
+def _rule_key(rule: Mapping[str, Any]) -> _RuleKey:
+    """A stand-in for a device-cgroup rule, equal for two rules exactly when the
+    rules are equal if one of them is a `cgroup_rule` (five keys, none null).
+    Hashable unless the rule holds an array or object."""
+    return (len(rule), rule.get("allow"), rule.get("type"), rule.get("major"),
+            rule.get("minor"), rule.get("access"))
 
 
 def collect_mounts(pending: dict[str, dict[str, Any]], step: EditStep) -> None:

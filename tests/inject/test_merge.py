@@ -382,3 +382,17 @@ def test_env_key_repeated_by_image_is_kept_once() -> None:
     config = base_config(env=["LD_LIBRARY_PATH=1", "X=1", "LD_LIBRARY_PATH=2"])
     env = merge(config, ContainerEdits(env=("LD_LIBRARY_PATH=/l",)))["process"]["env"]
     assert env == ["LD_LIBRARY_PATH=/usr/local/nvidia/lib64:/l", "X=1"]
+
+
+def test_cgroup_rules_already_in_the_config_are_not_added_again() -> None:
+    config = base_config()
+    config["linux"]["resources"] = {"devices": [
+        {"allow": False, "access": "rwm"},
+        {"access": "rwm", "minor": 0, "major": 195, "type": "c", "allow": True},  # same, reordered
+        {"allow": True, "type": "c", "major": [195], "minor": 1, "access": "rwm"},  # odd, kept
+    ]}
+    nodes = (DeviceNode("/dev/nvidia0", type="c", major=195, minor=0),
+             DeviceNode("/dev/nvidia1", type="c", major=195, minor=1))
+    rules = merge(config, ContainerEdits(device_nodes=nodes))["linux"]["resources"]["devices"]
+    assert rules == [*config["linux"]["resources"]["devices"],
+                     {"allow": True, "type": "c", "major": 195, "minor": 1, "access": "rwm"}]

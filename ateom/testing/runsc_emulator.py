@@ -26,6 +26,7 @@ import signal
 import subprocess
 import sys
 import time
+import traceback
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
@@ -81,16 +82,22 @@ class Emulator:
         self.record["ran"].append(argv)
         return argv
 
+    # Helper calls get pipes, never /dev/null: runsc exec chowns its stdio to
+    # the sandbox user (nobody), which would take /dev/null from root.
     def _capture(self, inv: Invocation, command: str, *args: str) -> tuple[int, str]:
-        done = subprocess.run(self._helper(inv, command, *args), stdin=subprocess.DEVNULL,
+        done = subprocess.run(self._helper(inv, command, *args), input="",
                               capture_output=True, text=True, check=False)
         return done.returncode, done.stdout
 
     def start_exec(self, inv: Invocation) -> cuda.StartExec:
         def start(container: str, argv: Sequence[str]) -> subprocess.Popen[bytes]:
-            return subprocess.Popen(self._helper(inv, "exec", container, *argv),
-                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT)
+            child = subprocess.Popen(self._helper(inv, "exec", container, *argv),
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT)
+            if child.stdin is not None:  # it reads nothing (the sentry gives it /dev/null)
+                child.stdin.close()
+                child.stdin = None
+            return child
         return start
 
     # --- what runsc prints --------------------------------------------------
@@ -220,9 +227,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write("usage: python -m ateom.testing.runsc_emulator CONFIG [runsc args]\n")
         return 2
     emulator = Emulator(st.EmuConfig.read(args[0]))
-    code = 125
+    code = 125  # the emulator itself failed: its traceback is on stderr
     try:
         code = emulator.run(args[1:])
+    except Exception:
+        traceback.print_exc()
+        emulator.record["notes"].append("emulator error: " + traceback.format_exc()[-2000:])
     finally:
         emulator.record["exit_code"] = code
         st.append_record(emulator.config.record, emulator.record)

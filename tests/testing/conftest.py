@@ -6,6 +6,7 @@ import contextlib
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import time
 from collections.abc import Iterator, Sequence
@@ -92,6 +93,15 @@ class Runsc:
         while root_processes(self.root) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert not root_processes(self.root), "sandbox processes left behind"
+
+
+@pytest.fixture(autouse=True)
+def dev_null_untouched() -> Iterator[None]:
+    """After each test /dev/null must still be root's 0666: runsc chowns the stdio it
+    hands a sandbox, so an emulator that passed /dev/null on would take it."""
+    yield
+    st = os.stat("/dev/null")
+    assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (0, 0, 0o666)
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from ateom.testing.runsc_emu import RELEASES, EmulatedRunsc, install_runsc
 from ateom.testing.runsc_emu_gpu import sim_gpus
 from ateom.testing.runsc_emu_state import IMAGE_NOTE
 from ateom.testing.runsc_release import load_release, release_file, short_usage
-from tests.testing.conftest import REAL_RUNSC, Runsc, needs_runsc, needs_runsc_binary
+from tests.testing.conftest import GLOBAL, REAL_RUNSC, Runsc, needs_runsc, needs_runsc_binary
 
 LIFECYCLE = ("20221219", "20240930", "20260608", "20260817")
 # A driver each release supports (20240930 predates R580).
@@ -31,8 +31,9 @@ def emulate(tmp: Path, release: str, **kw: object) -> EmulatedRunsc:
 
 
 def run(emu: EmulatedRunsc, *argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(emu.path), *argv], capture_output=True, text=True,
-                          stdin=subprocess.DEVNULL, timeout=60, check=False)
+    # A pipe for stdin, never /dev/null: runsc chowns the stdio of some commands.
+    return subprocess.run([str(emu.path), *argv], capture_output=True, text=True, input="",
+                          timeout=60, check=False)
 
 
 @pytest.mark.parametrize("name", RELEASES)
@@ -82,7 +83,7 @@ def test_debian_release_is_byte_identical_to_the_real_binary(tmp_path: Path) -> 
     emu = emulate(tmp_path, "20221219")
     for argv in DEBIAN_ARGV:
         real = subprocess.run([REAL_RUNSC or "runsc", *argv], capture_output=True, text=True,
-                              stdin=subprocess.DEVNULL, timeout=60, check=False)
+                              input="", timeout=60, check=False)
         got = run(emu, *argv)
         assert (got.stdout, got.stderr, got.returncode) == (
             real.stdout, real.stderr, real.returncode), argv
@@ -136,15 +137,25 @@ def _wait_ticks(log: Path, more_than: int, timeout: float = 30) -> list[int]:
     raise AssertionError(f"no tick above {more_than} in {log}")
 
 
+def _to_log(r: Runsc, log: Path, *argv: str) -> int:
+    """The emulated runsc with `argv`, its output (and the container's) appended to `log`.
+
+    stdin is an empty file, never /dev/null: runsc chowns the stdio it hands
+    to a sandbox to the sandbox user.
+    """
+    stdin = r.base / "empty-stdin"
+    stdin.write_bytes(b"")
+    with open(stdin, "rb") as fin, open(log, "ab") as out:
+        return subprocess.run([str(r.emu.path), "--root", str(r.root), *GLOBAL, *argv],
+                              stdin=fin, stdout=out, stderr=out, timeout=120,
+                              check=False).returncode
+
+
 def _start(r: Runsc, bundle: Path, cid: str, *global_flags: str) -> Path:
     """create + start, the container's stdio in a log file; returns the log."""
     log = r.base / f"{cid}.log"
-    with open(log, "ab") as out:
-        done = subprocess.run([str(r.emu.path), "--root", str(r.root), "--network=none",
-                               "--ignore-cgroups", *global_flags, "create", "--bundle",
-                               str(bundle), cid], stdin=subprocess.DEVNULL, stdout=out,
-                              stderr=out, timeout=120, check=False)
-    assert done.returncode == 0, log.read_text()
+    code = _to_log(r, log, *global_flags, "create", "--bundle", str(bundle), cid)
+    assert code == 0, log.read_text()
     assert r("start", cid).code == 0
     return log
 
@@ -167,13 +178,9 @@ def test_checkpoint_and_restore_through_debian(tmp_path: Path, runsc_factory: li
     assert sorted(p.name for p in image.iterdir()) == ["checkpoint.img", IMAGE_NOTE]
     assert r("delete", "-force", "c1").code == 0
     background = ["-background"] if release.feature("restore_background_flag") else []
-    with open(log, "ab") as out:
-        restored = subprocess.run(
-            [str(r.emu.path), "--root", str(r.root), "--network=none", "--ignore-cgroups",
-             "restore", "--bundle", str(bundle), "--image-path", str(image), *background,
-             "-detach", "c1"], stdin=subprocess.DEVNULL, stdout=out, stderr=out, timeout=120,
-            check=False)
-    assert restored.returncode == 0, log.read_text()
+    code = _to_log(r, log, "restore", "--bundle", str(bundle), "--image-path", str(image),
+                   *background, "-detach", "c1")
+    assert code == 0, log.read_text()
     after = _wait_ticks(log, before + 3)
     resumed = after[after.index(before) + 1:]
     assert resumed[0] == before + 1  # counted on from memory, not restarted

@@ -7,10 +7,12 @@ methods match exactly:
 
 - ``ateom.daemon.rpc.RPC_OBSERVERS``: ``metrics.observe_rpc(method, code, seconds)``;
 - ``ateom.daemon.phases.PHASE_OBSERVERS``: ``metrics.observe_phase(phase, seconds, ok)``;
+- ``ateom.daemon.events.REFUSAL_OBSERVERS``: ``metrics.observe_refusal(kind, reason)``;
 
-(`attach_to_daemon` appends both), and reads two things at scrape time, so
-no code path has to remember to update them: the hosted-actor count
-(`track_hosted_actors`) and the injector's SONAME cache (`track_soname_cache`).
+(`attach_to_daemon` appends all three), and reads three things at scrape
+time, so no code path has to remember to update them: the hosted-actor count
+(`track_hosted_actors`), the injector's SONAME cache (`track_soname_cache`)
+and who holds which GPU (`track_placement`).
 Exposition is off unless the daemon calls `start_metrics_server`
 (``--metrics-listen``).
 """
@@ -22,20 +24,23 @@ import time
 from collections.abc import Callable, Iterator, Sized
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 from wsgiref.simple_server import WSGIServer
 
+import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import start_http_server
 from prometheus_client.registry import Collector
 
 from ateom import __version__
-from ateom.daemon import phases, rpc
+from ateom.daemon import events, phases, rpc
+from ateom.daemon.placement import PlacementSnapshot
 from ateom.errors import AteomError, ErrorCode
 from ateom.inject.soname import DEFAULT_SONAME_CACHE
 
 NAMESPACE = "ateom"
+log = structlog.get_logger("ateom.metrics")
 
 # Phases the daemon times (ateom.daemon.phases names). Listed for the docs and
 # dashboards; any name the daemon uses is recorded, because an observer that
@@ -49,11 +54,13 @@ PHASES = (
     "cdi.generate",  # nvidia-ctk cdi generate, when the node had no spec
     "runsc.create",
     "runsc.start",
+    "cuda-checkpoint",  # runsc running cuda-checkpoint in the sandbox, before a GPU save
     "runsc.checkpoint",
     "runsc.restore",
     "runsc.delete",
     "rollback",
     "teardown",
+    "reconcile",  # at startup: sandboxes left by an earlier daemon
 )
 
 # RPCs take from milliseconds (stats) to minutes (checkpointing a large GPU
@@ -96,6 +103,15 @@ class Metrics:
             ["phase", "outcome"],
             namespace=NAMESPACE,
             buckets=PHASE_BUCKETS,
+            registry=self.registry,
+        )
+        # kind: "placement", "checkpoint", "restore"; reason: a slug the daemon
+        # names (ateom.daemon.events): both bounded, so the label set is too.
+        self.refusals = Counter(
+            "refusals",
+            "Requests ateom turned down on purpose, by decision and reason.",
+            ["kind", "reason"],
+            namespace=NAMESPACE,
             registry=self.registry,
         )
         self.hosted_actors = Gauge(
@@ -159,6 +175,12 @@ class Metrics:
         finally:
             self.observe_phase(phase, time.perf_counter() - start, ok)
 
+    # -- refusal seam -----------------------------------------------------------
+
+    def observe_refusal(self, kind: str, reason: str) -> None:
+        """Count one refusal (`ateom.daemon.events.refused`)."""
+        self.refusals.labels(kind=kind, reason=reason).inc()
+
     # -- state ------------------------------------------------------------------
 
     def set_hosted_actors(self, count: int) -> None:
@@ -171,6 +193,11 @@ class Metrics:
     def track_soname_cache(self, cache: CacheStats) -> None:
         """Expose `cache.hits`/`cache.misses` (the injector's SONAME cache) at every scrape."""
         self.registry.register(_SonameCacheCollector(cache))
+
+    def track_placement(self, snapshot: Callable[[], PlacementSnapshot | None]) -> None:
+        """Expose each GPU's holder count and the placement policy from `snapshot()`
+        at every scrape (None: the Pod's GPUs are not known yet, nothing shown)."""
+        self.registry.register(_PlacementCollector(snapshot))
 
     def scrape(self) -> bytes:
         """The Prometheus text exposition of this registry, as a scraper would get it."""
@@ -197,16 +224,51 @@ class _SonameCacheCollector(Collector):
         yield family
 
 
+class _PlacementCollector(Collector):
+    """Per-GPU holders and the policy, read from the placer when scraped."""
+
+    def __init__(self, snapshot: Callable[[], PlacementSnapshot | None]) -> None:
+        self._snapshot = snapshot
+
+    def collect(self) -> Iterator[Metric]:
+        holders = GaugeMetricFamily(
+            f"{NAMESPACE}_gpu_holders",
+            "Actors holding each of the Pod's GPUs now (by GPU index).",
+            labels=["gpu"],
+        )
+        info = GaugeMetricFamily(
+            f"{NAMESPACE}_gpu_placement_info",
+            "Always 1; the label is the --gpu-placement policy in force.",
+            labels=["policy"],
+        )
+        try:
+            snap = self._snapshot()
+        except Exception as exc:  # a scrape must answer without this part
+            # The other metrics matter more than this one source; say why it is absent.
+            log.warning("metrics_placement_unavailable", error=str(exc)[:200])
+            snap = None
+        if snap is not None:
+            for h in snap.gpus:
+                holders.add_metric([str(h.gpu.index)], len(h.holders))
+            info.add_metric([str(snap.settings)], 1)
+        yield holders
+        yield info
+
+
 def attach_to_daemon(metrics: Metrics) -> Callable[[], None]:
-    """Subscribe `metrics` to the daemon's RPC and phase seams; returns the undo."""
-    rpc.RPC_OBSERVERS.append(metrics.observe_rpc)
-    phases.PHASE_OBSERVERS.append(metrics.observe_phase)
+    """Subscribe `metrics` to the daemon's RPC, phase and refusal seams; returns the undo."""
+    seams: tuple[tuple[list[Any], Any], ...] = (
+        (rpc.RPC_OBSERVERS, metrics.observe_rpc),
+        (phases.PHASE_OBSERVERS, metrics.observe_phase),
+        (events.REFUSAL_OBSERVERS, metrics.observe_refusal),
+    )
+    for observers, observer in seams:
+        observers.append(observer)
 
     def detach() -> None:
-        if metrics.observe_rpc in rpc.RPC_OBSERVERS:
-            rpc.RPC_OBSERVERS.remove(metrics.observe_rpc)
-        if metrics.observe_phase in phases.PHASE_OBSERVERS:
-            phases.PHASE_OBSERVERS.remove(metrics.observe_phase)
+        for observers, observer in seams:
+            if observer in observers:
+                observers.remove(observer)
 
     return detach
 
@@ -274,22 +336,27 @@ def start_metrics_server(host_port: str, metrics: Metrics) -> MetricsServer:
 
 
 class HostsActors(Protocol):
-    """What `start_daemon_metrics` needs of the daemon's service: its actor table."""
+    """What `start_daemon_metrics` needs of the daemon's service: its actor table
+    and its GPU placement (None until the Pod's GPUs are known)."""
 
     @property
     def actors(self) -> Sized: ...
+
+    def placement_snapshot(self) -> PlacementSnapshot | None: ...
 
 
 def start_daemon_metrics(host_port: str, service: HostsActors) -> MetricsServer:
     """Everything ``ateom serve --metrics-listen`` needs, in one call.
 
-    A fresh `Metrics` subscribed to the RPC and phase seams, reading the
-    hosted-actor count from ``service.actors`` and the injector's process-wide
-    SONAME cache at scrape time, served on `host_port`. ``close()`` on the
-    result unsubscribes and stops serving.
+    A fresh `Metrics` subscribed to the RPC, phase and refusal seams, reading
+    the hosted-actor count from ``service.actors``, the GPU holders from
+    ``service.placement_snapshot()`` and the injector's process-wide SONAME
+    cache at scrape time, served on `host_port`. ``close()`` on the result
+    unsubscribes and stops serving.
     """
     metrics = Metrics()
     metrics.track_hosted_actors(lambda: len(service.actors))
+    metrics.track_placement(lambda: service.placement_snapshot())
     metrics.track_soname_cache(DEFAULT_SONAME_CACHE)
     detach = attach_to_daemon(metrics)
     try:

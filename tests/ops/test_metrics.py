@@ -10,6 +10,14 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from ateom.daemon.placement import (
+    GpuPlacer,
+    GpuRequest,
+    PlacementRefused,
+    PlacementSnapshot,
+    PodGpu,
+    parse_placement,
+)
 from ateom.errors import AteomError, ErrorCode, ResolutionError
 from ateom.metrics import (
     Metrics,
@@ -235,16 +243,29 @@ def test_parse_listen_address_rejects(text: str) -> None:
         parse_listen_address(text)
 
 
+class StubService:
+    """The two things the metrics read of the daemon's service."""
+
+    def __init__(self, placer: GpuPlacer | None = None) -> None:
+        self.actors = ["a", "b", "c"]
+        self.placer = placer
+
+    def placement_snapshot(self) -> PlacementSnapshot | None:
+        return self.placer.snapshot() if self.placer is not None else None
+
+
 def test_start_daemon_metrics_reads_the_service_and_unsubscribes_on_close() -> None:
+    from ateom.daemon.events import REFUSAL_OBSERVERS, refused
     from ateom.daemon.phases import PHASE_OBSERVERS, phase
 
-    class Service:
-        actors: list[str] = ["a", "b", "c"]
-
-    server = start_daemon_metrics("127.0.0.1:0", Service())
+    placer = GpuPlacer([PodGpu(f"nvidia.com/gpu={i}", i) for i in range(2)],
+                       parse_placement("exclusive"))
+    server = start_daemon_metrics("127.0.0.1:0", StubService(placer))
     try:
         with phase("runsc.restore"):
             pass
+        placer.place("actor-1", GpuRequest(1))
+        refused("checkpoint", "no_cuda_checkpoint")
         with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/", timeout=5) as resp:
             text = resp.read().decode()
         assert value(text, "ateom_hosted_actors") == 3
@@ -252,7 +273,111 @@ def test_start_daemon_metrics_reads_the_service_and_unsubscribes_on_close() -> N
                      outcome="ok") == 1
         assert ("ateom_injection_soname_cache_lookups_total",
                 frozenset({("result", "hit")})) in samples(text)
+        assert value(text, "ateom_gpu_holders", gpu="0") == 1
+        assert ("ateom_gpu_holders", frozenset({("gpu", "1")})) in samples(text)
+        assert value(text, "ateom_gpu_placement_info", policy="exclusive") == 1
+        assert value(text, "ateom_refusals_total", kind="checkpoint",
+                     reason="no_cuda_checkpoint") == 1
         assert server.metrics.observe_phase in PHASE_OBSERVERS
+        assert server.metrics.observe_refusal in REFUSAL_OBSERVERS
     finally:
         server.close()
     assert server.metrics.observe_phase not in PHASE_OBSERVERS
+    assert server.metrics.observe_refusal not in REFUSAL_OBSERVERS
+
+
+# -- refusals and GPU placement -------------------------------------------------
+
+
+def test_refusals_are_counted_by_kind_and_reason_through_the_daemons_seam() -> None:
+    from ateom.daemon.events import REFUSAL_OBSERVERS, refused
+
+    m = Metrics()
+    detach = attach_to_daemon(m)
+    try:
+        refused("placement", "too_few_free")
+        refused("placement", "too_few_free")
+        refused("restore", "driver_changed")
+    finally:
+        detach()
+    refused("placement", "too_few_free")  # after detach: not counted
+    assert m.observe_refusal not in REFUSAL_OBSERVERS
+    text = m.scrape().decode()
+    name = "ateom_refusals_total"
+    assert value(text, name, kind="placement", reason="too_few_free") == 2
+    assert value(text, name, kind="restore", reason="driver_changed") == 1
+    assert value(text, name, kind="placement", reason="cap_reached") == 0
+
+
+def test_placement_refusals_from_the_placer_reach_the_counter() -> None:
+    # What the daemon does on a refusal: the placer's reason slug, as the label.
+    from ateom.daemon.events import refused
+
+    placer = GpuPlacer([PodGpu("nvidia.com/gpu=0", 0)], parse_placement("shared:1"))
+    placer.place("a", GpuRequest())
+    m = Metrics()
+    detach = attach_to_daemon(m)
+    try:
+        with pytest.raises(PlacementRefused) as err:
+            placer.place("b", GpuRequest())
+        refused("placement", err.value.reason.value)
+    finally:
+        detach()
+    assert value(m.scrape().decode(), "ateom_refusals_total", kind="placement",
+                 reason="cap_reached") == 1
+
+
+def test_gpu_holders_follow_the_placer_at_scrape_time() -> None:
+    placer = GpuPlacer([PodGpu(f"nvidia.com/gpu={i}", i) for i in (0, 1, 2)],
+                       parse_placement("shared:2"))
+    m = Metrics()
+    m.track_placement(placer.snapshot)
+    text = m.scrape().decode()
+    assert [value(text, "ateom_gpu_holders", gpu=str(i)) for i in (0, 1, 2)] == [0, 0, 0]
+    assert ("ateom_gpu_holders", frozenset({("gpu", "2")})) in samples(text)
+    assert value(text, "ateom_gpu_placement_info", policy="shared:2") == 1
+    placer.place("a", GpuRequest())
+    placer.place("b", GpuRequest(1))
+    text = m.scrape().decode()
+    assert [value(text, "ateom_gpu_holders", gpu=str(i)) for i in (0, 1, 2)] == [2, 1, 1]
+    placer.release("a")
+    text = m.scrape().decode()
+    assert [value(text, "ateom_gpu_holders", gpu=str(i)) for i in (0, 1, 2)] == [1, 0, 0]
+
+
+def test_no_gpu_series_before_the_pods_gpus_are_known() -> None:
+    m = Metrics()
+    m.track_placement(lambda: None)
+    names = {name for name, _ in samples(m.scrape().decode())}
+    assert "ateom_gpu_holders" not in names and "ateom_gpu_placement_info" not in names
+
+
+def test_a_failing_placement_source_leaves_the_rest_of_the_scrape() -> None:
+    def broken() -> PlacementSnapshot | None:
+        raise RuntimeError("placer gone")
+
+    m = Metrics()
+    m.set_hosted_actors(2)
+    m.track_placement(broken)
+    text = m.scrape().decode()
+    assert value(text, "ateom_hosted_actors") == 2
+    assert "ateom_gpu_holders{" not in text
+
+
+def test_the_documented_phases_cover_every_phase_the_daemon_times() -> None:
+    # Every `phase("name"` literal in the daemon is in PHASES (and so in the docs,
+    # which test_operations_doc holds to the scrape); cuda-checkpoint is the GPU save.
+    import re
+
+    from ateom.metrics import PHASES
+
+    daemon = Path(__file__).resolve().parents[2] / "ateom" / "daemon"
+    used = {m.group(1) for f in daemon.glob("*.py")
+            for m in re.finditer(r'\bphase\(\s*"([^"]+)"', f.read_text())}
+    assert used, "no phase literals found: the pattern no longer matches the daemon"
+    assert used <= set(PHASES), used - set(PHASES)
+    assert "cuda-checkpoint" in PHASES
+    doc = (daemon.parents[1] / "docs" / "operations.md").read_text()
+    row = next(ln for ln in doc.splitlines() if ln.startswith("| `ateom_phase_duration_seconds`"))
+    for name in PHASES:
+        assert f"`{name}`" in row, name

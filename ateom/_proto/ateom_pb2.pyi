@@ -161,7 +161,7 @@ class EgressGateway(_message.Message):
     def __init__(self, address: _Optional[str] = ...) -> None: ...
 
 class RunWorkloadRequest(_message.Message):
-    __slots__ = ("atespace", "actor_name", "actor_uid", "actor_template_atespace", "actor_template_name", "runsc_path", "spec", "runtime_asset_paths", "egress_gateway", "cpu_milli", "memory_bytes", "actor_dirs")
+    __slots__ = ("atespace", "actor_name", "actor_uid", "actor_template_atespace", "actor_template_name", "runsc_path", "spec", "runtime_asset_paths", "egress_gateway", "cpu_milli", "memory_bytes", "actor_dirs", "gpus")
     class RuntimeAssetPathsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -181,6 +181,7 @@ class RunWorkloadRequest(_message.Message):
     CPU_MILLI_FIELD_NUMBER: _ClassVar[int]
     MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
     ACTOR_DIRS_FIELD_NUMBER: _ClassVar[int]
+    GPUS_FIELD_NUMBER: _ClassVar[int]
     atespace: str
     actor_name: str
     actor_uid: str
@@ -193,7 +194,16 @@ class RunWorkloadRequest(_message.Message):
     cpu_milli: int
     memory_bytes: int
     actor_dirs: ActorDirs
-    def __init__(self, atespace: _Optional[str] = ..., actor_name: _Optional[str] = ..., actor_uid: _Optional[str] = ..., actor_template_atespace: _Optional[str] = ..., actor_template_name: _Optional[str] = ..., runsc_path: _Optional[str] = ..., spec: _Optional[_Union[WorkloadSpec, _Mapping]] = ..., runtime_asset_paths: _Optional[_Mapping[str, str]] = ..., egress_gateway: _Optional[_Union[EgressGateway, _Mapping]] = ..., cpu_milli: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., actor_dirs: _Optional[_Union[ActorDirs, _Mapping]] = ...) -> None: ...
+    gpus: GpuRequest
+    def __init__(self, atespace: _Optional[str] = ..., actor_name: _Optional[str] = ..., actor_uid: _Optional[str] = ..., actor_template_atespace: _Optional[str] = ..., actor_template_name: _Optional[str] = ..., runsc_path: _Optional[str] = ..., spec: _Optional[_Union[WorkloadSpec, _Mapping]] = ..., runtime_asset_paths: _Optional[_Mapping[str, str]] = ..., egress_gateway: _Optional[_Union[EgressGateway, _Mapping]] = ..., cpu_milli: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., actor_dirs: _Optional[_Union[ActorDirs, _Mapping]] = ..., gpus: _Optional[_Union[GpuRequest, _Mapping]] = ...) -> None: ...
+
+class GpuRequest(_message.Message):
+    __slots__ = ("count", "names")
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    NAMES_FIELD_NUMBER: _ClassVar[int]
+    count: int
+    names: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, count: _Optional[int] = ..., names: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class RunWorkloadResponse(_message.Message):
     __slots__ = ()
@@ -241,7 +251,7 @@ class CheckpointWorkloadResponse(_message.Message):
     def __init__(self, snapshot_files: _Optional[_Iterable[str]] = ..., data_snapshot_files: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class RestoreWorkloadRequest(_message.Message):
-    __slots__ = ("atespace", "actor_name", "actor_uid", "actor_template_atespace", "actor_template_name", "runsc_path", "spec", "snapshot_uri", "runtime_asset_paths", "scope", "egress_gateway", "cpu_milli", "memory_bytes", "actor_dirs", "preserve_restore_dir")
+    __slots__ = ("atespace", "actor_name", "actor_uid", "actor_template_atespace", "actor_template_name", "runsc_path", "spec", "snapshot_uri", "runtime_asset_paths", "scope", "egress_gateway", "cpu_milli", "memory_bytes", "actor_dirs", "preserve_restore_dir", "gpus")
     class RuntimeAssetPathsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -264,6 +274,7 @@ class RestoreWorkloadRequest(_message.Message):
     MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
     ACTOR_DIRS_FIELD_NUMBER: _ClassVar[int]
     PRESERVE_RESTORE_DIR_FIELD_NUMBER: _ClassVar[int]
+    GPUS_FIELD_NUMBER: _ClassVar[int]
     atespace: str
     actor_name: str
     actor_uid: str
@@ -279,7 +290,8 @@ class RestoreWorkloadRequest(_message.Message):
     memory_bytes: int
     actor_dirs: ActorDirs
     preserve_restore_dir: bool
-    def __init__(self, atespace: _Optional[str] = ..., actor_name: _Optional[str] = ..., actor_uid: _Optional[str] = ..., actor_template_atespace: _Optional[str] = ..., actor_template_name: _Optional[str] = ..., runsc_path: _Optional[str] = ..., spec: _Optional[_Union[WorkloadSpec, _Mapping]] = ..., snapshot_uri: _Optional[str] = ..., runtime_asset_paths: _Optional[_Mapping[str, str]] = ..., scope: _Optional[_Union[SnapshotScope, str]] = ..., egress_gateway: _Optional[_Union[EgressGateway, _Mapping]] = ..., cpu_milli: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., actor_dirs: _Optional[_Union[ActorDirs, _Mapping]] = ..., preserve_restore_dir: _Optional[bool] = ...) -> None: ...
+    gpus: GpuRequest
+    def __init__(self, atespace: _Optional[str] = ..., actor_name: _Optional[str] = ..., actor_uid: _Optional[str] = ..., actor_template_atespace: _Optional[str] = ..., actor_template_name: _Optional[str] = ..., runsc_path: _Optional[str] = ..., spec: _Optional[_Union[WorkloadSpec, _Mapping]] = ..., snapshot_uri: _Optional[str] = ..., runtime_asset_paths: _Optional[_Mapping[str, str]] = ..., scope: _Optional[_Union[SnapshotScope, str]] = ..., egress_gateway: _Optional[_Union[EgressGateway, _Mapping]] = ..., cpu_milli: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., actor_dirs: _Optional[_Union[ActorDirs, _Mapping]] = ..., preserve_restore_dir: _Optional[bool] = ..., gpus: _Optional[_Union[GpuRequest, _Mapping]] = ...) -> None: ...
 
 class RestoreWorkloadResponse(_message.Message):
     __slots__ = ()
@@ -361,12 +373,38 @@ class WorkloadStatsSample(_message.Message):
     epoch_unix_nano: int
     def __init__(self, atespace: _Optional[str] = ..., actor_name: _Optional[str] = ..., actor_uid: _Optional[str] = ..., actor_template_atespace: _Optional[str] = ..., actor_template_name: _Optional[str] = ..., sandbox_class: _Optional[_Union[SandboxClass, str]] = ..., source: _Optional[_Union[StatsSource, str]] = ..., memory_current_bytes: _Optional[int] = ..., memory_peak_bytes: _Optional[int] = ..., memory_working_set_bytes: _Optional[int] = ..., cpu_usage_usec: _Optional[int] = ..., observed_at_unix_nano: _Optional[int] = ..., epoch_unix_nano: _Optional[int] = ...) -> None: ...
 
+class ListActorsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListActorsResponse(_message.Message):
+    __slots__ = ("actors", "gpu_placement", "gpus")
+    ACTORS_FIELD_NUMBER: _ClassVar[int]
+    GPU_PLACEMENT_FIELD_NUMBER: _ClassVar[int]
+    GPUS_FIELD_NUMBER: _ClassVar[int]
+    actors: _containers.RepeatedCompositeFieldContainer[HostedActor]
+    gpu_placement: str
+    gpus: _containers.RepeatedCompositeFieldContainer[GpuHolders]
+    def __init__(self, actors: _Optional[_Iterable[_Union[HostedActor, _Mapping]]] = ..., gpu_placement: _Optional[str] = ..., gpus: _Optional[_Iterable[_Union[GpuHolders, _Mapping]]] = ...) -> None: ...
+
+class GpuHolders(_message.Message):
+    __slots__ = ("gpu", "actor_uids", "model", "uuid")
+    GPU_FIELD_NUMBER: _ClassVar[int]
+    ACTOR_UIDS_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    UUID_FIELD_NUMBER: _ClassVar[int]
+    gpu: str
+    actor_uids: _containers.RepeatedScalarFieldContainer[str]
+    model: str
+    uuid: str
+    def __init__(self, gpu: _Optional[str] = ..., actor_uids: _Optional[_Iterable[str]] = ..., model: _Optional[str] = ..., uuid: _Optional[str] = ...) -> None: ...
+
 class GetStatusRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
 class GetStatusResponse(_message.Message):
-    __slots__ = ("version", "state", "actors", "gpu_present", "cdi_spec_source", "runsc", "max_actors", "spec_dirs")
+    __slots__ = ("version", "state", "actors", "gpu_present", "cdi_spec_source", "runsc", "max_actors", "spec_dirs", "gpu_placement", "gpus")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     ACTORS_FIELD_NUMBER: _ClassVar[int]
@@ -375,6 +413,8 @@ class GetStatusResponse(_message.Message):
     RUNSC_FIELD_NUMBER: _ClassVar[int]
     MAX_ACTORS_FIELD_NUMBER: _ClassVar[int]
     SPEC_DIRS_FIELD_NUMBER: _ClassVar[int]
+    GPU_PLACEMENT_FIELD_NUMBER: _ClassVar[int]
+    GPUS_FIELD_NUMBER: _ClassVar[int]
     version: str
     state: str
     actors: _containers.RepeatedCompositeFieldContainer[HostedActor]
@@ -383,10 +423,12 @@ class GetStatusResponse(_message.Message):
     runsc: RunscStatus
     max_actors: int
     spec_dirs: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, version: _Optional[str] = ..., state: _Optional[str] = ..., actors: _Optional[_Iterable[_Union[HostedActor, _Mapping]]] = ..., gpu_present: _Optional[bool] = ..., cdi_spec_source: _Optional[str] = ..., runsc: _Optional[_Union[RunscStatus, _Mapping]] = ..., max_actors: _Optional[int] = ..., spec_dirs: _Optional[_Iterable[str]] = ...) -> None: ...
+    gpu_placement: str
+    gpus: _containers.RepeatedCompositeFieldContainer[GpuHolders]
+    def __init__(self, version: _Optional[str] = ..., state: _Optional[str] = ..., actors: _Optional[_Iterable[_Union[HostedActor, _Mapping]]] = ..., gpu_present: _Optional[bool] = ..., cdi_spec_source: _Optional[str] = ..., runsc: _Optional[_Union[RunscStatus, _Mapping]] = ..., max_actors: _Optional[int] = ..., spec_dirs: _Optional[_Iterable[str]] = ..., gpu_placement: _Optional[str] = ..., gpus: _Optional[_Iterable[_Union[GpuHolders, _Mapping]]] = ...) -> None: ...
 
 class HostedActor(_message.Message):
-    __slots__ = ("actor_uid", "atespace", "actor_name", "phase", "containers", "devices", "sandbox_exited")
+    __slots__ = ("actor_uid", "atespace", "actor_name", "phase", "containers", "devices", "sandbox_exited", "gpus", "checkpointable", "checkpoint_blocker")
     ACTOR_UID_FIELD_NUMBER: _ClassVar[int]
     ATESPACE_FIELD_NUMBER: _ClassVar[int]
     ACTOR_NAME_FIELD_NUMBER: _ClassVar[int]
@@ -394,6 +436,9 @@ class HostedActor(_message.Message):
     CONTAINERS_FIELD_NUMBER: _ClassVar[int]
     DEVICES_FIELD_NUMBER: _ClassVar[int]
     SANDBOX_EXITED_FIELD_NUMBER: _ClassVar[int]
+    GPUS_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINTABLE_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_BLOCKER_FIELD_NUMBER: _ClassVar[int]
     actor_uid: str
     atespace: str
     actor_name: str
@@ -401,17 +446,24 @@ class HostedActor(_message.Message):
     containers: _containers.RepeatedScalarFieldContainer[str]
     devices: _containers.RepeatedScalarFieldContainer[str]
     sandbox_exited: bool
-    def __init__(self, actor_uid: _Optional[str] = ..., atespace: _Optional[str] = ..., actor_name: _Optional[str] = ..., phase: _Optional[str] = ..., containers: _Optional[_Iterable[str]] = ..., devices: _Optional[_Iterable[str]] = ..., sandbox_exited: _Optional[bool] = ...) -> None: ...
+    gpus: _containers.RepeatedScalarFieldContainer[str]
+    checkpointable: bool
+    checkpoint_blocker: str
+    def __init__(self, actor_uid: _Optional[str] = ..., atespace: _Optional[str] = ..., actor_name: _Optional[str] = ..., phase: _Optional[str] = ..., containers: _Optional[_Iterable[str]] = ..., devices: _Optional[_Iterable[str]] = ..., sandbox_exited: _Optional[bool] = ..., gpus: _Optional[_Iterable[str]] = ..., checkpointable: _Optional[bool] = ..., checkpoint_blocker: _Optional[str] = ...) -> None: ...
 
 class RunscStatus(_message.Message):
-    __slots__ = ("path", "version", "supports_nvproxy")
+    __slots__ = ("path", "version", "supports_nvproxy", "gpu_checkpoint", "gpu_remap")
     PATH_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     SUPPORTS_NVPROXY_FIELD_NUMBER: _ClassVar[int]
+    GPU_CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
+    GPU_REMAP_FIELD_NUMBER: _ClassVar[int]
     path: str
     version: str
     supports_nvproxy: bool
-    def __init__(self, path: _Optional[str] = ..., version: _Optional[str] = ..., supports_nvproxy: _Optional[bool] = ...) -> None: ...
+    gpu_checkpoint: bool
+    gpu_remap: bool
+    def __init__(self, path: _Optional[str] = ..., version: _Optional[str] = ..., supports_nvproxy: _Optional[bool] = ..., gpu_checkpoint: _Optional[bool] = ..., gpu_remap: _Optional[bool] = ...) -> None: ...
 
 class ListDevicesRequest(_message.Message):
     __slots__ = ()

@@ -342,6 +342,11 @@ class InspectStub:
                 request_serializer=ateom__pb2.DoctorRequest.SerializeToString,
                 response_deserializer=ateom__pb2.DoctorResponse.FromString,
                 _registered_method=True)
+        self.ListActors = channel.unary_unary(
+                '/ateom.Inspect/ListActors',
+                request_serializer=ateom__pb2.ListActorsRequest.SerializeToString,
+                response_deserializer=ateom__pb2.ListActorsResponse.FromString,
+                _registered_method=True)
 
 
 class InspectServicer:
@@ -373,6 +378,13 @@ class InspectServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListActors(self, request, context):
+        """The hosted actors and which GPUs each holds.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_InspectServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -395,6 +407,11 @@ def add_InspectServicer_to_server(servicer, server):
                     servicer.Doctor,
                     request_deserializer=ateom__pb2.DoctorRequest.FromString,
                     response_serializer=ateom__pb2.DoctorResponse.SerializeToString,
+            ),
+            'ListActors': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListActors,
+                    request_deserializer=ateom__pb2.ListActorsRequest.FromString,
+                    response_serializer=ateom__pb2.ListActorsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -506,6 +523,33 @@ class Inspect:
             '/ateom.Inspect/Doctor',
             ateom__pb2.DoctorRequest.SerializeToString,
             ateom__pb2.DoctorResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListActors(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ateom.Inspect/ListActors',
+            ateom__pb2.ListActorsRequest.SerializeToString,
+            ateom__pb2.ListActorsResponse.FromString,
             options,
             channel_credentials,
             insecure,

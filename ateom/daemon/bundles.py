@@ -14,6 +14,7 @@ in them may configure the sandbox:
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,6 +89,8 @@ def prepare_config(
     is_sandbox: bool,
     cpu_milli: int = 0,
     memory_bytes: int = 0,
+    extra_mounts: Sequence[dict[str, Any]] = (),
+    args_prefix: Sequence[str] = (),
 ) -> PreparedConfig:
     """The config runsc will see for `container` (pure; `config` is not changed).
 
@@ -109,6 +112,13 @@ def prepare_config(
     annotations[SANDBOX_ID] = sandbox_id
     annotations[CONTAINER_NAME] = container
     out["annotations"] = annotations
+    if extra_mounts:
+        # ateom's own read-only tools (cuda-checkpoint), after the bundle's mounts.
+        out["mounts"] = [*(out.get("mounts") or []), *extra_mounts]
+    if args_prefix:
+        process = dict(out["process"])
+        process["args"] = [*args_prefix, *(process.get("args") or [])]
+        out["process"] = process
     if is_sandbox and (cpu_milli or memory_bytes):
         # Limits belong to the sandbox (its root container's cgroup); runsc
         # applies them when it manages cgroups (not with --ignore-cgroups).

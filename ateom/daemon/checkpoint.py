@@ -9,6 +9,7 @@ left in the same directory.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 
 from ateom.daemon.phases import phase
 from ateom.daemon.runsc import RunscError
@@ -56,21 +57,24 @@ class SaveRefused(AteomError):
     code = ErrorCode.FAILED_PRECONDITION
 
 
-def save(sandbox: Sandbox, image_path: str, uid: str) -> tuple[str, ...]:
+def save(sandbox: Sandbox, image_path: str, uid: str, *, flags: Sequence[str] = (),
+         phase_name: str = "runsc.checkpoint", timeout: float | None = None
+         ) -> tuple[str, ...]:
     """runsc checkpoint of the sandbox root into `image_path`; the files it wrote.
 
     A failure with the sandbox still running is `SaveRefused` (e.g. a live CUDA
-    context runsc cannot save: the actor keeps running and can try again);
-    any other failure is the RunscError, the sandbox in an unknown state.
+    context runsc cannot save, or cuda-checkpoint failing and undone: the actor
+    keeps running and can try again); any other failure, a timeout included,
+    is the RunscError, the sandbox in a state no one should resume.
     """
     runsc = sandbox.runsc
     root = sandbox.plan.root_id
     before = file_versions(image_path)
     try:
-        with phase("runsc.checkpoint", container=root):
-            runsc.checkpoint(root, image_path)
+        with phase(phase_name, container=root):
+            runsc.checkpoint(root, image_path, flags=flags, timeout=timeout)
     except RunscError as exc:
-        if runsc.status(root) == "running":
+        if not exc.timed_out and runsc.status(root) == "running":
             raise SaveRefused(f"runsc refused to checkpoint actor {uid}; it keeps running:"
                               f" {exc.reason}\n{exc.tail}") from exc
         raise

@@ -13,6 +13,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from ateom.daemon.placement import parse_placement
 from ateom.errors import AteomError, ErrorCode
 from ateom.settings import (
     DEFAULT_DRIVER_ROOT,
@@ -61,6 +62,10 @@ class DaemonConfig:
     runsc_timeout: float = 120.0
     metrics_listen: str = ""
     lock_wait: float = 300.0
+    gpu_placement: str = "shared"
+    proc_root: str = "/proc"
+    cuda_checkpoint: str = ""
+    cuda_checkpoint_timeout: float = 300.0
     log_max_bytes: int = 16 * 1024 * 1024
     log_retention: float = 3600.0
     env: Mapping[str, str] = field(default_factory=dict)
@@ -142,6 +147,17 @@ _FLAGS: tuple[tuple[str, str, str, object, str], ...] = (
      "seconds one runsc command may take before it is killed"),
     ("--metrics-listen", "ATEOM_METRICS_LISTEN", "str", "",
      "serve Prometheus metrics on HOST:PORT (off unless set)"),
+    ("--gpu-placement", "ATEOM_GPU_PLACEMENT", "str", "shared",
+     "how actors share the Pod's GPUs: exclusive (whole GPUs, one actor each), shared"
+     " (every actor may use every GPU), shared:N (at most N actors per GPU)"),
+    ("--proc-root", "ATEOM_PROC_ROOT", "str", "/proc",
+     "where the NVIDIA kernel module's GPU facts are read (<root>/driver/nvidia/...)"),
+    ("--cuda-checkpoint", "ATEOM_CUDA_CHECKPOINT", "str", "",
+     "NVIDIA cuda-checkpoint binary for GPU checkpoints (default: looked for in the"
+     " driver root's bin/, the toolkit dir, then $PATH)"),
+    ("--cuda-checkpoint-timeout", "ATEOM_CUDA_CHECKPOINT_TIMEOUT", "float", 300.0,
+     "seconds a GPU actor's checkpoint (runsc running cuda-checkpoint, then saving)"
+     " may take before it is killed"),
     ("--lock-wait", "ATEOM_LOCK_WAIT", "float", 300.0,
      "seconds a call waits for another call on the same actor before giving up"
      " (UNAVAILABLE); never past the caller's gRPC deadline"),
@@ -231,6 +247,11 @@ def check_config(config: DaemonConfig) -> DaemonConfig:
         raise bad(f"--log-level {config.log_level!r}: must be one of {', '.join(LOG_LEVELS)}")
     if config.runsc_timeout <= 0:
         raise bad(f"--runsc-timeout {config.runsc_timeout}: must be > 0")
+    parse_placement(config.gpu_placement)  # INVALID_ARGUMENT naming --gpu-placement
+    if config.cuda_checkpoint_timeout <= 0:
+        raise bad(f"--cuda-checkpoint-timeout {config.cuda_checkpoint_timeout}: must be > 0")
+    if config.cuda_checkpoint and not os.path.isabs(config.cuda_checkpoint):
+        raise bad(f"--cuda-checkpoint {config.cuda_checkpoint!r}: must be an absolute path")
     if config.lock_wait < 0 or config.log_retention < 0:
         raise bad("--lock-wait and --log-retention must be >= 0")
     if config.log_max_bytes < 4096:

@@ -54,6 +54,26 @@ def choose_devices(
     return tuple(pod_default) if gpu_present else ()
 
 
+def check_within_grant(container: str, names: Sequence[str], granted: Sequence[str],
+                       pod_gpus: Sequence[str]) -> None:
+    """A container's explicit GPUs must be among its actor's (pure): a GPU by
+    index must be granted; ``=all`` or a UUID name only when the actor holds
+    every GPU of the Pod (ateom cannot tell which GPU a UUID name is)."""
+    granted_set = set(granted)
+    holds_all = set(pod_gpus) <= granted_set
+    for name in names:
+        if not name.startswith(GPU_KIND + "=") or name in granted_set:
+            continue
+        if holds_all and not is_mig_name(name) and name.partition("=")[2] not in (
+                g.partition("=")[2] for g in pod_gpus):
+            continue  # =all or a UUID name, and the actor has every GPU
+        held = ", ".join(granted) or "none"
+        raise AteomError(
+            f"container {container!r}: device {name!r} is not one of this actor's GPUs"
+            f" ({held}); ask for it in the request's gpus, or name a granted one",
+            code=ErrorCode.FAILED_PRECONDITION)
+
+
 def check_gvisor_devices(container: str, names: Sequence[str]) -> None:
     """Refuse devices runsc cannot proxy (pure): other vendors, MIG."""
     for name in names:

@@ -27,6 +27,10 @@ from ateom.daemon.actors import ActorTable
 from ateom.daemon.admission import Admission
 from ateom.daemon.catalog import DeviceCatalog
 from ateom.daemon.config import DaemonConfig
+from ateom.daemon.gpu_actors import GpuActors
+from ateom.daemon.gpu_checkpoint import runsc_saves_gpu_state
+from ateom.daemon.gpu_record import runsc_build
+from ateom.daemon.placement import PlacementSnapshot
 from ateom.daemon.plan import Injector, read_bundle_config
 from ateom.daemon.reaper import Reaper
 from ateom.daemon.requests import ActorRef
@@ -36,6 +40,7 @@ from ateom.daemon.service import AteomService
 from ateom.doctor import DoctorConfig, Report, run_doctor
 from ateom.doctor.gather import reaper_runner
 from ateom.errors import AteomError, ErrorCode
+from ateom.gpuinfo.compat import runsc_remaps_gpus
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +50,8 @@ class ActorStatus:
     containers: tuple[str, ...]
     devices: tuple[str, ...]
     sandbox_exited: bool
+    gpus: tuple[str, ...] = ()
+    checkpoint_blocker: str = ""  # "" when a Checkpoint would be tried now
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +65,8 @@ class DaemonStatus:
     runsc_error: str
     max_actors: int
     spec_dirs: tuple[str, ...]
+    gpu_placement: str = ""
+    placement: PlacementSnapshot | None = None
 
 
 def doctor_config(config: DaemonConfig, spec_dirs: Sequence[str]) -> DoctorConfig:
@@ -71,6 +80,9 @@ def doctor_config(config: DaemonConfig, spec_dirs: Sequence[str]) -> DoctorConfi
         runsc=config.runsc,
         nvproxy_driver_version=config.nvproxy_driver_version,
         nvproxy_capabilities=config.nvproxy_capabilities,
+        cuda_checkpoint=config.cuda_checkpoint,
+        gpu_placement=config.gpu_placement,
+        max_actors=config.max_actors,
     )
 
 
@@ -80,8 +92,10 @@ class Inspector:
 
     def __init__(self, config: DaemonConfig, *, actors: ActorTable, admission: Admission,
                  catalog: DeviceCatalog, injector: Injector, reaper: Reaper,
-                 probe: Callable[[str], RunscInfo], environ: Mapping[str, str]) -> None:
+                 probe: Callable[[str], RunscInfo], environ: Mapping[str, str],
+                 gpus: GpuActors) -> None:
         self.config = config
+        self.gpus = gpus
         self.actors = actors
         self.admission = admission
         self.catalog = catalog
@@ -95,7 +109,23 @@ class Inspector:
         """The inspector over a lifecycle service's own parts."""
         return cls(service.config, actors=service.actors, admission=service.admission,
                    catalog=service.catalog, injector=service.injector, reaper=service.reaper,
-                   probe=service.probe, environ=service.environ)
+                   probe=service.probe, environ=service.environ, gpus=service.gpus)
+
+    def actors_now(self) -> tuple[ActorStatus, ...]:
+        """Each hosted actor, its GPUs, and whether it could be checkpointed now."""
+        out = []
+        for a in self.actors.snapshot():
+            try:
+                blocker = self.gpus.blocker(a)
+            except AteomError as exc:  # e.g. the GPU facts could not be gathered
+                blocker = None
+                why = str(exc)
+            else:
+                why = blocker.message if blocker is not None else ""
+            out.append(ActorStatus(a.ref, a.phase.value, a.containers, a.devices,
+                                   a.sandbox_exit is not None,
+                                   self.gpus.pool.held_by(a.ref.actor_uid), why))
+        return tuple(out)
 
     def status(self) -> DaemonStatus:
         """The daemon now (probes runsc, reads spec files, globs device nodes)."""
@@ -107,17 +137,15 @@ class Inspector:
         return DaemonStatus(
             version=__version__,
             state=self.admission.state,
-            actors=tuple(
-                ActorStatus(a.ref, a.phase.value, a.containers, a.devices,
-                            a.sandbox_exit is not None)
-                for a in self.actors.snapshot()
-            ),
+            actors=self.actors_now(),
             gpu_present=self.catalog.gpu_present(),
             cdi_spec_source=self.catalog.gpu_spec_source(),
             runsc=info,
             runsc_error=error,
             max_actors=self.config.max_actors,
             spec_dirs=self.catalog.spec_dirs(),
+            gpu_placement=str(self.gpus.pool.settings),
+            placement=self.gpus.pool.snapshot(),
         )
 
     def devices(self) -> Registry:
@@ -192,27 +220,42 @@ def doctor_response(report: Report) -> pb.DoctorResponse:
     )
 
 
+def hosted_actor(a: ActorStatus) -> pb.HostedActor:
+    return pb.HostedActor(actor_uid=a.ref.actor_uid, atespace=a.ref.atespace,
+                          actor_name=a.ref.actor_name, phase=a.phase,
+                          containers=list(a.containers), devices=list(a.devices),
+                          sandbox_exited=a.sandbox_exited, gpus=list(a.gpus),
+                          checkpointable=not a.checkpoint_blocker,
+                          checkpoint_blocker=a.checkpoint_blocker)
+
+
+def gpu_holders(snapshot: PlacementSnapshot | None) -> list[pb.GpuHolders]:
+    if snapshot is None:
+        return []
+    return [pb.GpuHolders(gpu=h.gpu.name, actor_uids=list(h.holders), model=h.gpu.model,
+                          uuid=h.gpu.uuid) for h in snapshot.gpus]
+
+
 def status_response(status: DaemonStatus) -> pb.GetStatusResponse:
     """DaemonStatus -> wire (pure)."""
     runsc = pb.RunscStatus()
     if status.runsc is not None:
+        build = runsc_build(status.runsc)
         runsc = pb.RunscStatus(path=status.runsc.path, version=status.runsc.version,
-                               supports_nvproxy=status.runsc.supports_nvproxy)
+                               supports_nvproxy=status.runsc.supports_nvproxy,
+                               gpu_checkpoint=runsc_saves_gpu_state(status.runsc),
+                               gpu_remap=bool(runsc_remaps_gpus(build)))
     return pb.GetStatusResponse(
         version=status.version,
         state=status.state,
-        actors=[
-            pb.HostedActor(actor_uid=a.ref.actor_uid, atespace=a.ref.atespace,
-                           actor_name=a.ref.actor_name, phase=a.phase,
-                           containers=list(a.containers), devices=list(a.devices),
-                           sandbox_exited=a.sandbox_exited)
-            for a in status.actors
-        ],
+        actors=[hosted_actor(a) for a in status.actors],
         gpu_present=status.gpu_present,
         cdi_spec_source=status.cdi_spec_source,
         runsc=runsc,
         max_actors=status.max_actors,
         spec_dirs=list(status.spec_dirs),
+        gpu_placement=status.gpu_placement,
+        gpus=gpu_holders(status.placement),
     )
 
 
@@ -254,6 +297,13 @@ class InspectServicer(pb_grpc.InspectServicer):
     @rpc("Inspect.ListDevices")
     def ListDevices(self, request: Any, context: grpc.ServicerContext) -> pb.ListDevicesResponse:
         return devices_response(self.inspector.devices())
+
+    @rpc("Inspect.ListActors")
+    def ListActors(self, request: Any, context: grpc.ServicerContext) -> pb.ListActorsResponse:
+        pool = self.inspector.gpus.pool
+        return pb.ListActorsResponse(
+            actors=[hosted_actor(a) for a in self.inspector.actors_now()],
+            gpu_placement=str(pool.settings), gpus=gpu_holders(pool.snapshot()))
 
     @rpc("Inspect.PlanInjection")
     def PlanInjection(self, request: Any, context: grpc.ServicerContext

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import structlog
@@ -26,13 +26,14 @@ import structlog
 from ateom import safefs
 from ateom.cdi.model import Resolution
 from ateom.cdi.registry import Registry
-from ateom.daemon import bundles, confine, devices, validation
+from ateom.daemon import bundles, confine, devices, gpu_checkpoint, validation
 from ateom.daemon.catalog import DeviceCatalog
 from ateom.daemon.phases import phase
 from ateom.daemon.requests import ActorDirs, ContainerRequest, DevicePolicy
 from ateom.daemon.runsc import sandbox_root_id
 from ateom.daemon.runsc_probe import RunscInfo
 from ateom.errors import AteomError, ErrorCode, quote
+from ateom.gpuinfo.record import edits_digest
 from ateom.inject.injector import InjectionPlan, plan_injection, stage_links
 from ateom.inject.options import InjectOptions, gvisor_nvidia_options
 from ateom.settings import DRIVER_ROOT_ENV, TOOLKIT_DIR_ENV, NodeSettings
@@ -85,6 +86,7 @@ class ContainerPlan:
     devices: tuple[str, ...]
     injection: InjectionPlan | None  # None without devices
     is_sandbox: bool
+    edits_digest: str = ""  # of the devices' resolved edits (the checkpoint record's)
 
     @property
     def config_path(self) -> str:
@@ -94,6 +96,7 @@ class ContainerPlan:
 @dataclass(frozen=True, slots=True)
 class SandboxPlan:
     containers: tuple[ContainerPlan, ...]  # sandbox root first
+    gpu_tool: str = ""  # host cuda-checkpoint mounted into the GPU containers ("" none)
 
     @property
     def gpu(self) -> bool:
@@ -119,6 +122,33 @@ class SandboxPlan:
 
 
 @dataclass(frozen=True, slots=True)
+class DeviceView:
+    """The devices an actor's containers choose among: the registry, whether the
+    Pod has GPUs, the GPUs this actor was granted (what "the Pod's GPUs" means
+    for it), and per-container choices that replace the request's (a restore
+    puts each container back on the GPUs its checkpoint had)."""
+
+    registry: Registry | None  # None when no container can get devices
+    gpu_present: bool
+    pod_default: tuple[str, ...]  # the actor's GPUs: the Pod's, or those it was granted
+    pod_gpus: tuple[str, ...] = ()  # every whole GPU of the Pod
+    per_container: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def granted(self, names: Sequence[str],
+                per_container: Mapping[str, tuple[str, ...]] | None = None) -> DeviceView:
+        return DeviceView(self.registry, self.gpu_present, tuple(names), self.pod_gpus,
+                          dict(per_container or {}))
+
+
+@dataclass(frozen=True, slots=True)
+class GpuTools:
+    """What ateom adds to each GPU container for GPU checkpoints."""
+
+    cuda_checkpoint: str = ""  # host path, bind-mounted read-only; "" when not found
+    args_prefix: tuple[str, ...] = ()  # cuda-checkpoint --launch-job, when needed
+
+
+@dataclass(frozen=True, slots=True)
 class _Context:
     """What every container of one actor's plan shares."""
 
@@ -126,9 +156,8 @@ class _Context:
     root_id: str  # the sandbox root's runsc id
     info: RunscInfo
     actor_dirs: tuple[str, ...]  # where writable bind mounts may come from
-    registry: Registry | None  # None when no container can get devices
-    gpu_present: bool
-    pod_default: tuple[str, ...]
+    devices: DeviceView
+    tools: GpuTools
 
 
 def read_bundle_config(bundle: str, name: str, beneath: str) -> BundleConfig:
@@ -160,27 +189,30 @@ class SandboxPlanner:
         self.catalog = catalog
         self.injector = injector
 
-    def plan(self, uid: str, dirs: ActorDirs, containers: Sequence[ContainerRequest],
-             info: RunscInfo, *, cpu_milli: int = 0, memory_bytes: int = 0) -> SandboxPlan:
-        """Plan every bundle of the actor, sandbox root first (see the module doc)."""
-        ctx = self._context(uid, dirs, containers, info)
-        plans = [self._container(ctx, self.pause, None, cpu_milli, memory_bytes)]
-        plans += [self._container(ctx, c.name, c, 0, 0) for c in containers]
-        return SandboxPlan(tuple(plans))
-
-    def _context(self, uid: str, dirs: ActorDirs, containers: Sequence[ContainerRequest],
-                 info: RunscInfo) -> _Context:
+    def devices(self, containers: Sequence[ContainerRequest]) -> DeviceView:
+        """The registry and the Pod's GPUs, when any container may get devices (reads
+        spec files; may run nvidia-ctk once when the Pod has GPUs but no spec)."""
         present = self.catalog.gpu_present()
         wants_default = present and any(
             c.devices.policy is DevicePolicy.POD_DEFAULT for c in containers)
-        registry = None
-        if wants_default or any(c.devices.policy is DevicePolicy.EXPLICIT for c in containers):
-            registry = self.catalog.registry(generate_gpu_spec=wants_default)
-        return _Context(
-            bundle_root=dirs.oci_bundle_dir, root_id=sandbox_root_id(uid, self.pause),
-            info=info, actor_dirs=tuple(path for _, path in dirs.items() if path),
-            registry=registry, gpu_present=present,
-            pod_default=self.catalog.pod_default(registry) if registry else ())
+        if not wants_default and not any(
+                c.devices.policy is DevicePolicy.EXPLICIT for c in containers):
+            return DeviceView(None, present, ())
+        registry = self.catalog.registry(generate_gpu_spec=wants_default)
+        pod = self.catalog.pod_default(registry)
+        return DeviceView(registry, present, pod, pod)
+
+    def plan(self, uid: str, dirs: ActorDirs, containers: Sequence[ContainerRequest],
+             info: RunscInfo, devices: DeviceView, *, tools: GpuTools = GpuTools(),
+             cpu_milli: int = 0, memory_bytes: int = 0) -> SandboxPlan:
+        """Plan every bundle of the actor, sandbox root first (see the module doc)."""
+        ctx = _Context(bundle_root=dirs.oci_bundle_dir, root_id=sandbox_root_id(uid, self.pause),
+                       info=info, actor_dirs=tuple(path for _, path in dirs.items() if path),
+                       devices=devices, tools=tools)
+        plans = [self._container(ctx, self.pause, None, cpu_milli, memory_bytes)]
+        plans += [self._container(ctx, c.name, c, 0, 0) for c in containers]
+        gpu = any(c.devices for c in plans)
+        return SandboxPlan(tuple(plans), gpu_tool=tools.cuda_checkpoint if gpu else "")
 
     def _container(self, ctx: _Context, name: str, request: ContainerRequest | None,
                    cpu_milli: int, memory_bytes: int) -> ContainerPlan:
@@ -192,31 +224,49 @@ class SandboxPlanner:
         original, parsed = read_bundle_config(bundle, name, self.actors_root)
         bundles.refuse_foreign_hooks(parsed, config_path)
         confine.check_bundle_config(bundle, parsed, config_path, ctx.actor_dirs)
-        names: tuple[str, ...] = ()
-        if request is not None:
-            names = devices.choose_devices(request, gpu_present=ctx.gpu_present,
-                                           pod_default=ctx.pod_default)
-        injection = None
+        names = self._choose(ctx, name, request)
+        injection, digest = None, ""
+        extra: dict[str, Any] = {}
         if names:
-            injection = self._injection(ctx, name, bundle, names, (original, parsed))
+            injection, digest = self._injection(ctx, name, bundle, names, (original, parsed))
             parsed = injection.merged
+            if ctx.tools.cuda_checkpoint:
+                extra = {"extra_mounts": [gpu_checkpoint.tool_mount(ctx.tools.cuda_checkpoint)],
+                         "args_prefix": ctx.tools.args_prefix}
         prepared = bundles.prepare_config(
             parsed, config_path, container=name, sandbox_id=ctx.root_id,
-            is_sandbox=request is None, cpu_milli=cpu_milli, memory_bytes=memory_bytes,
+            is_sandbox=request is None, cpu_milli=cpu_milli, memory_bytes=memory_bytes, **extra,
         )
         if prepared.removed_annotations:
             log.warning("foreign_annotations_removed", container=name,
                         annotations=list(prepared.removed_annotations))
         return ContainerPlan(name, ctx.root_id if request is None else name, bundle, original,
                              bundles.dump_config(prepared.config), names, injection,
-                             request is None)
+                             request is None, digest)
+
+    @staticmethod
+    def _choose(ctx: _Context, name: str, request: ContainerRequest | None) -> tuple[str, ...]:
+        """The container's devices: the sandbox root none; a restore's per-container
+        choice; else its request among the actor's granted GPUs (pure)."""
+        if request is None:
+            return ()
+        view = ctx.devices
+        if name in view.per_container:
+            return view.per_container[name]
+        names = devices.choose_devices(request, gpu_present=view.gpu_present,
+                                       pod_default=view.pod_default)
+        if request.devices.policy is DevicePolicy.EXPLICIT and view.registry is not None:
+            devices.check_within_grant(name, names, view.pod_default, view.pod_gpus)
+        return names
 
     def _injection(self, ctx: _Context, name: str, bundle: str, names: tuple[str, ...],
-                   config: BundleConfig) -> InjectionPlan:
-        assert ctx.registry is not None
+                   config: BundleConfig) -> tuple[InjectionPlan, str]:
+        """The container's injection plan and its edits' digest (reads host facts)."""
+        registry = ctx.devices.registry
+        assert registry is not None
         devices.check_gvisor_devices(name, names)
-        resolution = ctx.registry.resolve(list(names))
+        resolution = registry.resolve(list(names))
         devices.check_resolution_for_gvisor(name, resolution)
         devices.check_nvproxy(ctx.info)  # before reading any library
         with phase("inject.plan", container=name):
-            return self.injector.plan(bundle, resolution, config)
+            return self.injector.plan(bundle, resolution, config), edits_digest(resolution)

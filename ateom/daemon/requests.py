@@ -73,6 +73,14 @@ class ContainerRequest:
     image_volume_mounts: tuple[VolumeMountRequest, ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class GpuWish:
+    """The actor's share of the Pod's GPUs: `count` whole GPUs, or these `names`."""
+
+    count: int = 0
+    names: tuple[str, ...] = ()
+
+
 class SnapshotScope(enum.Enum):
     UNSPECIFIED = 0
     FULL = 1
@@ -89,6 +97,7 @@ class RunRequest:
     egress_gateway: str | None = None  # None = field absent
     cpu_milli: int = 0
     memory_bytes: int = 0
+    gpus: GpuWish | None = None  # None: every GPU of the Pod
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +124,7 @@ class RestoreRequest:
     cpu_milli: int = 0
     memory_bytes: int = 0
     preserve_restore_dir: bool = False
+    gpus: GpuWish | None = None  # for a checkpoint without a GPU record
 
 
 @dataclass(frozen=True, slots=True)

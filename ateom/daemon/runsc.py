@@ -94,13 +94,15 @@ def start_argv(t: RunscTarget, name: str, *, log_file: str | None = None) -> lis
 
 
 def checkpoint_argv(
-    t: RunscTarget, name: str, image_path: str, *, log_file: str | None = None
+    t: RunscTarget, name: str, image_path: str, *, log_file: str | None = None,
+    flags: Sequence[str] = (),
 ) -> list[str]:
+    """`flags`: the checkpoint command's own extras (GPU: --cuda-checkpoint-path=...)."""
     argv = _base(t, log_file, False)
     # Newer runsc refuses to save a sandbox with connected sockets unless told.
     if t.info.supports("allow-connected-on-save"):
         argv.append("-allow-connected-on-save")
-    return [*argv, "checkpoint", "-image-path", image_path, name]
+    return [*argv, "checkpoint", *flags, "-image-path", image_path, name]
 
 
 def restore_argv(
@@ -203,12 +205,15 @@ class RunscError(AteomError):
     code = ErrorCode.INTERNAL
 
     def __init__(self, command: str, container: str, returncode: int, tail: str,
-                 reason: str = "") -> None:
+                 reason: str = "", *, timed_out: bool = False) -> None:
         self.command = command
         self.container = container
         self.returncode = returncode
         self.tail = tail
+        self.timed_out = timed_out
         self.reason = reason or failure_reason(tail)
+        if timed_out:
+            self.reason = f"killed after its time limit ({self.reason or 'no reason logged'})"
         why = f": {self.reason}" if self.reason else ""
         super().__init__(
             f"runsc {command} {container} failed (exit {returncode}){why}\n"
@@ -237,11 +242,12 @@ class Runsc:
         """runsc's -log for commands on container `name`."""
         return os.path.join(self.log_dir, f"{self.log_names.get(name, name)}.runsc.log")
 
-    def _run(self, command: str, name: str, argv: Sequence[str], *, check: bool) -> Completed:
+    def _run(self, command: str, name: str, argv: Sequence[str], *, check: bool,
+             timeout: float | None = None) -> Completed:
         stdio = self.stdio_log(name)
         own_log = self.runsc_log(name)
         offsets = (_size(stdio), _size(own_log))
-        done = self.reaper.run(argv, log_path=stdio, timeout=self.timeout)
+        done = self.reaper.run(argv, log_path=stdio, timeout=timeout or self.timeout)
         log.debug("runsc", command=command, container=name, returncode=done.returncode)
         if check and done.returncode != 0:
             # The command's own -log holds its error; stderr (alsologtostderr)
@@ -249,7 +255,8 @@ class Runsc:
             tail = read_tail(own_log, offsets[1]) or read_tail(stdio, offsets[0])
             reason = (failure_reason(read_tail(own_log, offsets[1], 1 << 20))
                       or failure_reason(read_tail(stdio, offsets[0], 1 << 20)))
-            raise RunscError(command, name, done.returncode, tail, reason)
+            raise RunscError(command, name, done.returncode, tail, reason,
+                             timed_out=done.timed_out)
         return done
 
     def _capture(self, argv: Sequence[str]) -> Completed:
@@ -266,9 +273,11 @@ class Runsc:
         self._run("start", name, start_argv(self.target, name, log_file=self.runsc_log(name)),
                   check=True)
 
-    def checkpoint(self, name: str, image_path: str) -> None:
-        argv = checkpoint_argv(self.target, name, image_path, log_file=self.runsc_log(name))
-        self._run("checkpoint", name, argv, check=True)
+    def checkpoint(self, name: str, image_path: str, *, flags: Sequence[str] = (),
+                   timeout: float | None = None) -> None:
+        argv = checkpoint_argv(self.target, name, image_path, log_file=self.runsc_log(name),
+                               flags=flags)
+        self._run("checkpoint", name, argv, check=True, timeout=timeout)
 
     def restore(self, name: str, bundle: str, image_path: str, pid_file: str, *,
                 gpu: bool) -> None:

@@ -23,16 +23,19 @@ from collections.abc import Mapping, Sequence
 
 import structlog
 
-from ateom.daemon import checkpoint, stats, validation
+from ateom.daemon import checkpoint, gpu_record, stats, validation
 from ateom.daemon.actors import Actor, ActorTable, Op, Phase
 from ateom.daemon.admission import Admission
 from ateom.daemon.bundle_store import BundleStore
 from ateom.daemon.catalog import DeviceCatalog
 from ateom.daemon.config import DaemonConfig
 from ateom.daemon.gpu import SpecGenerator
+from ateom.daemon.gpu_actors import GpuActors, GpuSave
+from ateom.daemon.gpu_pool import GpuPool
 from ateom.daemon.hosting import Hosting
 from ateom.daemon.janitor import LogJanitor
 from ateom.daemon.phases import phase
+from ateom.daemon.placement import PlacementSnapshot, parse_placement
 from ateom.daemon.plan import CdiInjector, Injector, SandboxPlan, SandboxPlanner
 from ateom.daemon.reaper import Reaper, default_reaper
 from ateom.daemon.requests import (
@@ -68,6 +71,11 @@ class AteomService:
                                       catalog=self.catalog, injector=self.injector)
         self.bundles = BundleStore(config.actors_root, config.run_dir)
         self.hosting = Hosting(config, self.reaper, self.bundles, self.injector)
+        pool = GpuPool(parse_placement(config.gpu_placement), lambda: GpuActors.gatherer(
+            self.reaper, config.node, config.proc_root, self.environ))
+        self.gpus = GpuActors(pool, config.node, cuda_checkpoint=config.cuda_checkpoint,
+                              nvproxy_capabilities=config.nvproxy_capabilities,
+                              actors_root=config.actors_root, environ=self.environ)
         self.janitor = LogJanitor(
             config.log_root, max_bytes=config.log_max_bytes, retention=config.log_retention,
             hosted=lambda: [a.ref.actor_uid for a in self.actors.snapshot()])
@@ -122,23 +130,28 @@ class AteomService:
             if self.bundles.has_records(uid):
                 self.hosting.clean_leftovers(uid, self._leftover_runsc(uid))
             with phase("plan"):
-                plan = self.planner.plan(uid, req.dirs, req.containers, info,
-                                         cpu_milli=req.cpu_milli,
+                view = self.gpus.place(uid, req, info, self.planner.devices(req.containers),
+                                       image)
+                plan = self.planner.plan(uid, req.dirs, req.containers, info, view,
+                                         tools=self.gpus.tools(view), cpu_milli=req.cpu_milli,
                                          memory_bytes=req.memory_bytes)
             self.hosting.host(actor, plan, self.hosting.runsc_for(uid, info), image)
             if image is not None and discard_image:
                 shutil.rmtree(image, ignore_errors=True)
             return plan
         except BaseException:
+            self.gpus.release(uid)
             self.actors.remove(actor)
             raise
         finally:
             actor.lock.release()
 
     def _release(self, actor: Actor, grace: float, *, ask_runsc: bool = True) -> None:
+        """Tear the actor's sandbox down, give its bundles and GPUs back, unhost it."""
         try:
             self.hosting.release(actor, grace, ask_runsc=ask_runsc)
         finally:
+            self.gpus.release(actor.ref.actor_uid)
             self.actors.remove(actor)
 
     # -- lifecycle ---------------------------------------------------------------
@@ -178,19 +191,31 @@ class AteomService:
                 self._allowed_runsc(req.runsc_path)
                 validation.check_dirs_on_disk(req.dirs, self.config.actors_root)
             with self.actors.operate(uid, Op.CHECKPOINT, max_wait=self.config.lock_wait) as actor:
-                assert actor.sandbox is not None
+                gpu = self.gpus.prepare_save(actor)  # refusals: before the sandbox is touched
                 image = req.dirs.checkpoint_dir
                 checkpoint.make_image_dir(image)
                 try:
-                    files = checkpoint.save(actor.sandbox, image, uid)
+                    files = self._save(actor, image, gpu)
                 except checkpoint.SaveRefused:
                     raise  # the actor keeps running, hosted as before
-                except BaseException:
+                except BaseException as exc:
                     self._release(actor, grace=0)
-                    raise
+                    raise _terminated_by_failed_checkpoint(uid, exc) from exc
                 self._release(actor, grace=0, ask_runsc=False)
-                log.info("actor_checkpointed", files=list(files))
+                log.info("actor_checkpointed", files=list(files), gpu=gpu is not None)
                 return CheckpointResult(files)
+
+    def _save(self, actor: Actor, image: str, gpu: GpuSave | None) -> tuple[str, ...]:
+        """runsc checkpoint (through cuda-checkpoint for a GPU actor, then its record)."""
+        assert actor.sandbox is not None
+        uid = actor.ref.actor_uid
+        if gpu is None:
+            return checkpoint.save(actor.sandbox, image, uid)
+        files = checkpoint.save(actor.sandbox, image, uid, flags=gpu.flags,
+                                phase_name="cuda-checkpoint",
+                                timeout=self.config.cuda_checkpoint_timeout)
+        record = gpu_record.write(image, gpu.record, beneath=self.config.actors_root)
+        return tuple(sorted({*files, os.path.relpath(record, image)}))
 
     def terminate_workload(self, req: TerminateRequest) -> None:
         uid = req.actor.actor_uid
@@ -280,3 +305,18 @@ class AteomService:
                     self.hosting.clean_leftovers(uid, self._leftover_runsc(uid))
             if leftovers:
                 log.warning("reconciled", actors=leftovers)
+
+    def placement_snapshot(self) -> PlacementSnapshot | None:
+        """Who holds which of the Pod's GPUs (metrics, Inspect); None before any."""
+        return self.gpus.pool.snapshot()
+
+
+def _terminated_by_failed_checkpoint(uid: str, exc: BaseException) -> BaseException:
+    """The error a Checkpoint returns when the save failed and left the sandbox in a
+    state no one should resume: the actor was terminated, and this says why."""
+    if not isinstance(exc, AteomError):
+        return exc
+    why = str(exc)  # a RunscError's says the command, runsc's reason and its log's tail
+    return AteomError(f"checkpoint of actor {uid} failed and the actor was terminated"
+                      f" (nothing was saved): {why}", code=exc.code)
+

@@ -23,6 +23,7 @@ from ateom.daemon.requests import (
     CheckpointRequest,
     ContainerRequest,
     DevicePolicy,
+    GpuWish,
     RestoreRequest,
     RunRequest,
     SnapshotScope,
@@ -236,8 +237,23 @@ def _check_snapshot_uri(uri: str, local_dir: str, field: str) -> None:
         )
 
 
+def check_gpus(gpus: GpuWish | None) -> None:
+    """A GPU request names a count or devices, not both, not neither (pure)."""
+    if gpus is None:
+        return
+    if gpus.count and gpus.names:
+        raise invalid("gpus: give count or names, not both")
+    if not gpus.count and not gpus.names:
+        raise invalid("gpus: give count > 0 or names (omit gpus for every GPU of the Pod)")
+    if len(set(gpus.names)) != len(gpus.names):
+        raise invalid("gpus.names: a device is named twice")
+    for i, name in enumerate(gpus.names):
+        check_device_name(f"gpus.names[{i}]", name)
+
+
 def check_run(req: RunRequest, actors_root: str, *, pause: str = "_pause") -> None:
     check_actor(req.actor)
+    check_gpus(req.gpus)
     check_dirs(req.dirs, actors_root, ("oci_bundle_dir",))
     check_containers(req.containers, pause=pause)
     _check_common_unsupported(req.runtime_asset_paths, req.egress_gateway, None)
@@ -254,6 +270,7 @@ def check_checkpoint(req: CheckpointRequest, actors_root: str, *, pause: str = "
 
 def check_restore(req: RestoreRequest, actors_root: str, *, pause: str = "_pause") -> None:
     check_actor(req.actor)
+    check_gpus(req.gpus)
     check_dirs(req.dirs, actors_root, ("oci_bundle_dir", "restore_dir"))
     check_containers(req.containers, pause=pause)
     _check_common_unsupported(req.runtime_asset_paths, req.egress_gateway, req.scope)

@@ -24,6 +24,7 @@ from ateom.daemon.requests import (
     ContainerRequest,
     DeviceChoice,
     DevicePolicy,
+    GpuWish,
     RestoreRequest,
     RunRequest,
     SnapshotScope,
@@ -159,7 +160,14 @@ def run_request(msg: pb.RunWorkloadRequest) -> RunRequest:
         egress_gateway=_egress(msg),
         cpu_milli=msg.cpu_milli,
         memory_bytes=msg.memory_bytes,
+        gpus=_gpus(msg),
     )
+
+
+def _gpus(msg: pb.RunWorkloadRequest | pb.RestoreWorkloadRequest) -> GpuWish | None:
+    if not msg.HasField("gpus"):
+        return None
+    return GpuWish(count=msg.gpus.count, names=tuple(msg.gpus.names))
 
 
 def checkpoint_request(msg: pb.CheckpointWorkloadRequest) -> CheckpointRequest:
@@ -187,6 +195,7 @@ def restore_request(msg: pb.RestoreWorkloadRequest) -> RestoreRequest:
         cpu_milli=msg.cpu_milli,
         memory_bytes=msg.memory_bytes,
         preserve_restore_dir=msg.preserve_restore_dir,
+        gpus=_gpus(msg),
     )
 
 

@@ -21,6 +21,7 @@ FAIL = {fail!r}
 VERSION = {version!r}
 GLOBAL_FLAGS = {global_flags!r}
 RESTORE_FLAGS = {restore_flags!r}
+CHECKPOINT_FLAGS = {checkpoint_flags!r}
 TERM_STOPS = {term_stops!r}
 argv = sys.argv[1:]
 with open(RECORD, "a") as f:
@@ -34,7 +35,8 @@ if argv[:1] == ["flags"]:
     sys.exit(0)
 if argv[:1] == ["help"]:
     flags = {{"restore": ["bundle", "image-path", "pid-file", "detach", *RESTORE_FLAGS],
-              "create": ["bundle", "pid-file"], "checkpoint": ["image-path"]}}
+              "create": ["bundle", "pid-file"],
+              "checkpoint": ["image-path", *CHECKPOINT_FLAGS]}}
     for flag in flags.get(argv[1], []):
         print("  -" + flag + " string\n    \tdoc")
     sys.exit(0)
@@ -114,7 +116,7 @@ sys.exit(0)
 class FakeRunsc:
     def __init__(self, directory: Path, *, version: str = "fake-1",
                  global_flags: Sequence[str] = (), restore_flags: Sequence[str] = (),
-                 term_stops: bool = True) -> None:
+                 checkpoint_flags: Sequence[str] = (), term_stops: bool = True) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         self.path = directory / "runsc"
         self.record = directory / "record.jsonl"
@@ -122,7 +124,8 @@ class FakeRunsc:
         self.path.write_text(SCRIPT.format(
             python=sys.executable, record=str(self.record), fail=str(self.fail_file),
             version=version, global_flags=list(global_flags),
-            restore_flags=list(restore_flags), term_stops=term_stops,
+            restore_flags=list(restore_flags), checkpoint_flags=list(checkpoint_flags),
+            term_stops=term_stops,
         ))
         self.path.chmod(0o755)
 

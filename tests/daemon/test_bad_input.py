@@ -276,6 +276,7 @@ class _Loud:
         raise ValueError("x" * MIB)
 
     PlanInjection = GetStatus
+    ListActors = GetStatus
     Doctor = GetStatus
 
 

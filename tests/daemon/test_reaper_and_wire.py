@@ -76,7 +76,8 @@ def test_contract_field_numbers() -> None:
               "actor_template_name": 5, "runsc_path": 6, "spec": 7}
     assert numbers(pb.RunWorkloadRequest) == {**common, "runtime_asset_paths": 8,
                                               "egress_gateway": 10, "cpu_milli": 11,
-                                              "memory_bytes": 12, "actor_dirs": 13}
+                                              "memory_bytes": 12, "actor_dirs": 13,
+                                              "gpus": 20}  # ateom addition
     assert numbers(pb.CheckpointWorkloadRequest) == {**common, "snapshot_uri": 8,
                                                      "runtime_asset_paths": 9, "scope": 10,
                                                      "actor_dirs": 11}
@@ -84,7 +85,8 @@ def test_contract_field_numbers() -> None:
                                                   "runtime_asset_paths": 9, "scope": 10,
                                                   "egress_gateway": 12, "cpu_milli": 14,
                                                   "memory_bytes": 15, "actor_dirs": 16,
-                                                  "preserve_restore_dir": 17}
+                                                  "preserve_restore_dir": 17,
+                                                  "gpus": 20}  # ateom addition
     assert numbers(pb.TerminateWorkloadRequest) == {**common, "actor_dirs": 8}
     assert list(numbers(pb.ActorDirs).values()) == list(range(1, 8))
     assert numbers(pb.Container) == {"name": 1, "wakeup_probe": 2,
@@ -135,7 +137,7 @@ _CONTRACT: dict[str, list[tuple[str, int, str]]] = {
     "RunWorkloadRequest": [*_COMMON, ("runtime_asset_paths", 8, "map<string,string>"),
                            ("egress_gateway", 10, "optional EgressGateway"),
                            ("cpu_milli", 11, "int64"), ("memory_bytes", 12, "int64"),
-                           ("actor_dirs", 13, "ActorDirs")],
+                           ("actor_dirs", 13, "ActorDirs"), ("gpus", 20, "GpuRequest")],
     "RunWorkloadResponse": [],
     "CheckpointWorkloadRequest": [*_COMMON, ("snapshot_uri", 8, "string"),
                                   ("runtime_asset_paths", 9, "map<string,string>"),
@@ -148,7 +150,8 @@ _CONTRACT: dict[str, list[tuple[str, int, str]]] = {
                                ("egress_gateway", 12, "optional EgressGateway"),
                                ("cpu_milli", 14, "int64"), ("memory_bytes", 15, "int64"),
                                ("actor_dirs", 16, "ActorDirs"),
-                               ("preserve_restore_dir", 17, "bool")],
+                               ("preserve_restore_dir", 17, "bool"),
+                               ("gpus", 20, "GpuRequest")],
     "RestoreWorkloadResponse": [],
     "TerminateWorkloadRequest": [*_COMMON, ("actor_dirs", 8, "ActorDirs")],
     "TerminateWorkloadResponse": [],

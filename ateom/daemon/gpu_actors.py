@@ -1,0 +1,181 @@
+"""The GPU side of an actor's lifecycle: which GPUs it gets at Run and Restore,
+what goes into its GPU containers for checkpoints, whether and how it can be
+checkpointed, and the record its checkpoint carries.
+
+The lifecycle calls (`ateom.daemon.service`) ask here at fixed points:
+- Run/Restore, while planning: `place` (the --gpu-placement decision, or the
+  checkpoint record's GPUs on a restore) and `tools` (cuda-checkpoint mounted
+  into the GPU containers, and its --launch-job where the driver needs it);
+- Checkpoint, before the sandbox is touched: `prepare_save` (refusals with
+  the fix; the runsc flags; the record to write after the save);
+- Checkpoint, Terminate, a failed Run: `release`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import structlog
+
+from ateom.daemon import events, gpu_checkpoint, gpu_record
+from ateom.daemon.actors import Actor, Phase
+from ateom.daemon.gpu_checkpoint import Blocker
+from ateom.daemon.gpu_pool import GpuPool, request_for
+from ateom.daemon.plan import DeviceView, GpuTools
+from ateom.daemon.reaper import Reaper
+from ateom.daemon.requests import RestoreRequest, RunRequest
+from ateom.daemon.runsc_probe import RunscInfo
+from ateom.errors import AteomError, ErrorCode
+from ateom.gpuinfo.gather import find_nvidia_smi, gather_worker_gpus
+from ateom.gpuinfo.inventory import WorkerGpus
+from ateom.gpuinfo.record import CompatRecord
+from ateom.gpuinfo.runner import NOT_RUN, TIMED_OUT, Runner
+from ateom.settings import NodeSettings
+
+log = structlog.get_logger("ateom.gpu_actors")
+
+
+def reaper_runner(reaper: Reaper) -> Runner:
+    """A GPU-tool runner over the daemon's reaper (the one waiter on its children)."""
+
+    def run(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
+            timeout: float = 60.0) -> tuple[int, str]:
+        try:
+            done = reaper.run_capture(argv, env=env, timeout=timeout)
+        except OSError as exc:
+            return NOT_RUN, f"{argv[0]}: {exc.strerror or exc}"
+        if done.timed_out:
+            return TIMED_OUT, f"{argv[0]}: timed out after {timeout:g}s"
+        return done.returncode, done.output
+
+    return run
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSave:
+    """How to save a GPU actor: runsc checkpoint's extra flags, the record after."""
+
+    flags: tuple[str, ...]
+    record: CompatRecord
+
+
+class GpuActors:
+    def __init__(self, pool: GpuPool, node: NodeSettings, *, cuda_checkpoint: str,
+                 nvproxy_capabilities: str, actors_root: str,
+                 environ: Mapping[str, str]) -> None:
+        self.pool = pool
+        self.node = node
+        self.configured_tool = cuda_checkpoint
+        self.capabilities = nvproxy_capabilities
+        self.actors_root = actors_root
+        self.path_env = environ.get("PATH", os.defpath)
+
+    @staticmethod
+    def gatherer(reaper: Reaper, node: NodeSettings, proc_root: str,
+                 environ: Mapping[str, str]) -> WorkerGpus:
+        """This worker's GPUs, scoped to the Pod's device nodes (reads /proc, runs
+        nvidia-smi through the reaper)."""
+        smi = find_nvidia_smi(node.driver_root, environ.get("PATH", os.defpath))
+        return gather_worker_gpus(proc_root=proc_root, gpu_glob=node.gpu_glob, nvidia_smi=smi,
+                                  runner=reaper_runner(reaper))
+
+    # -- Run / Restore ---------------------------------------------------------------
+
+    def place(self, uid: str, req: RunRequest | RestoreRequest, info: RunscInfo,
+              view: DeviceView, image: str | None) -> DeviceView:
+        """Book the actor's GPUs; the device view narrowed to them. A restore of a
+        checkpoint with a record is checked against this worker first."""
+        if view.registry is None or not view.pod_gpus:
+            return view  # no container can get a GPU here
+        record = gpu_record.read(image, beneath=self.actors_root) if image else None
+        if record is not None:
+            if not self.tool()[0]:
+                events.refused("restore", "no_cuda_checkpoint")
+                raise AteomError("this checkpoint holds GPU state, and restoring it needs"
+                                 " cuda-checkpoint in the actor's containers: none was found"
+                                 f" ({self.tool_searched()}); install it on the node",
+                                 code=ErrorCode.FAILED_PRECONDITION)
+            names, per_container = gpu_record.place(
+                record, self.pool, uid, info, view.pod_gpus,
+                nvproxy_capabilities=self.capabilities)
+            return view.granted(names, per_container)
+        request = request_for(req.gpus, req.containers)
+        if request.count == 0:
+            return view.granted(())
+        return view.granted(self.pool.place(uid, request, view.pod_gpus).names)
+
+    def tool(self) -> tuple[str, tuple[str, ...]]:
+        """The worker's cuda-checkpoint (stats candidates): path or "", where looked."""
+        return gpu_checkpoint.locate_tool(self.configured_tool, driver_root=self.node.driver_root,
+                                          toolkit_dir=self.node.toolkit_dir,
+                                          path_env=self.path_env)
+
+    def tool_searched(self) -> str:
+        return ", ".join(self.tool()[1])
+
+    def tools(self, view: DeviceView) -> GpuTools:
+        """What the actor's GPU containers get for checkpoints (stats the tool)."""
+        if view.registry is None or not view.pod_default:
+            return GpuTools()
+        path, _ = self.tool()
+        if not path:
+            return GpuTools()
+        driver = self.pool.worker().driver_version
+        return GpuTools(path, gpu_checkpoint.launch_job_prefix(driver, len(view.pod_default)))
+
+    def release(self, uid: str) -> None:
+        freed = self.pool.release(uid)
+        if freed:
+            log.info("gpus_released", gpus=list(freed))
+
+    # -- Checkpoint ------------------------------------------------------------------
+
+    def held(self, actor: Actor) -> tuple[str, ...]:
+        """The GPUs the actor holds (its devices when placement never saw it)."""
+        return self.pool.held_by(actor.ref.actor_uid) or actor.devices
+
+    def blocker(self, actor: Actor) -> Blocker | None:
+        """Why `actor` cannot be checkpointed now; None when it can (pure but for
+        the GPU facts gathered once per process)."""
+        if actor.phase is not Phase.RUNNING or actor.sandbox is None:
+            return Blocker("not_running", f"actor is {actor.phase.value}")
+        if actor.sandbox_exit is not None:
+            return Blocker("sandbox_exited", f"its sandbox exited (code {actor.sandbox_exit})")
+        return self.gpu_blocker(actor)
+
+    def gpu_blocker(self, actor: Actor) -> Blocker | None:
+        """Why the GPU side keeps a hosted actor from being checkpointed; None when
+        nothing does (an actor without GPUs included)."""
+        if actor.sandbox is None or not actor.sandbox.plan.gpu:
+            return None
+        plan = actor.sandbox.plan
+        return gpu_checkpoint.blocker(
+            actor.sandbox.runsc.target.info, tool_in_containers=plan.gpu_tool,
+            driver_version=self.pool.worker().driver_version, gpu_count=len(self.held(actor)))
+
+    def prepare_save(self, actor: Actor) -> GpuSave | None:
+        """For a GPU actor: refuse now, before the sandbox is touched, when it
+        cannot be saved (FAILED_PRECONDITION with the fix, counted); else the
+        flags and the record. None for an actor without GPUs."""
+        assert actor.sandbox is not None
+        if not actor.sandbox.plan.gpu:
+            return None
+        uid = actor.ref.actor_uid
+        found = self.gpu_blocker(actor)
+        if found is not None:
+            events.refused("checkpoint", found.reason)
+            raise AteomError(f"actor {uid} cannot be checkpointed, it keeps running:"
+                             f" {found.message}", code=ErrorCode.FAILED_PRECONDITION)
+        gpus = self.held(actor)
+        info = actor.sandbox.runsc.target.info
+        try:
+            record = gpu_record.record_for(actor.sandbox, self.pool, info, gpus,
+                                           nvproxy_capabilities=self.capabilities)
+        except AteomError as exc:
+            events.refused("checkpoint", "gpu_facts_unknown")
+            raise AteomError(f"actor {uid} cannot be checkpointed, it keeps running: {exc}",
+                             code=ErrorCode.FAILED_PRECONDITION) from None
+        driver = self.pool.worker().driver_version
+        return GpuSave(gpu_checkpoint.checkpoint_flags(driver, len(gpus)), record)

@@ -33,6 +33,7 @@ from ateom.daemon.requests import ActorDirs, ContainerRequest, DevicePolicy
 from ateom.daemon.runsc import sandbox_root_id
 from ateom.daemon.runsc_probe import RunscInfo
 from ateom.errors import AteomError, ErrorCode, quote
+from ateom.gpuinfo.mps import check_no_mps
 from ateom.gpuinfo.record import edits_digest
 from ateom.inject.injector import InjectionPlan, plan_injection, stage_links
 from ateom.inject.options import InjectOptions, gvisor_nvidia_options
@@ -267,6 +268,9 @@ class SandboxPlanner:
         devices.check_gvisor_devices(name, names)
         resolution = registry.resolve(list(names))
         devices.check_resolution_for_gvisor(name, resolution)
+        # MPS clients talk to a host daemon through a pipe dir: gVisor cannot.
+        for finding in check_no_mps(name, resolution).findings:
+            log.info("mps_edit_not_used", container=name, finding=str(finding))
         devices.check_nvproxy(ctx.info)  # before reading any library
         with phase("inject.plan", container=name):
             return self.injector.plan(bundle, resolution, config), edits_digest(resolution)

@@ -328,3 +328,21 @@ def test_a_corrupt_or_newer_record_is_refused_clearly(tmp_path: Path, content: b
         _restore(w, "g")
     assert err.value.code is ErrorCode.FAILED_PRECONDITION and RECORD_FILE in str(err.value)
     assert w.service.actors.get("g") is None
+
+
+def test_an_mps_device_is_refused_for_a_gvisor_actor_naming_it(tmp_path: Path) -> None:
+    w = GpuWorld(tmp_path)
+    # As NVIDIA's DRA driver writes an MPS-shared GPU: the pipe dir env and mount.
+    spec = {"cdiVersion": "0.6.0", "kind": "nvidia.com/mps", "devices": [{
+        "name": "shared0", "containerEdits": {
+            "env": ["CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps"],
+            "mounts": [{"hostPath": "/run/nvidia/mps/pipe", "containerPath": "/tmp/nvidia-mps",
+                        "options": ["rw", "rbind"]}],
+            "deviceNodes": [{"path": "/dev/nvidia0", "hostPath": "/dev/null"}]}}]}
+    (tmp_path / "cdi" / "mps.json").write_text(json.dumps(spec))
+    req = w.run("m", devices=DeviceChoice(DevicePolicy.EXPLICIT, ("nvidia.com/mps=shared0",)))
+    with pytest.raises(AteomError) as err:
+        w.service.run_workload(req)
+    assert err.value.code is ErrorCode.FAILED_PRECONDITION
+    assert "nvidia.com/mps=shared0" in str(err.value) and "MPS" in str(err.value)
+    assert not [c for c in w.fake.commands() if c.startswith("create")]

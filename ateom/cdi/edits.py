@@ -93,7 +93,8 @@ def edits_to_json(edits: ContainerEdits) -> dict[str, Any]:
         _put(rdt, "closID", r.clos_id)
         _put(rdt, "l3CacheSchema", r.l3_cache_schema)
         _put(rdt, "memBwSchema", r.mem_bw_schema)
-        _put(rdt, "schemata", r.schemata)
+        if r.schemata is not None:  # [] is written: it differs from absent
+            rdt["schemata"] = list(r.schemata)
         if r.enable_monitoring:
             rdt["enableMonitoring"] = True
         out["intelRdt"] = rdt

@@ -24,7 +24,7 @@ class DeviceNode:
     major: int | None = None
     minor: int | None = None
     file_mode: int | None = None
-    permissions: str | None = None  # cgroup access: combination of "rwm"
+    permissions: str | None = None  # cgroup access: combination of "rwm", or "none"
     uid: int | None = None
     gid: int | None = None
 
@@ -32,6 +32,18 @@ class DeviceNode:
     def host(self) -> str:
         """The host node to stat: hostPath when set, else the container path."""
         return self.host_path or self.path
+
+    @property
+    def cgroup_access(self) -> str:
+        """The access the device cgroup rule for this node grants.
+
+        Unset or empty permissions mean "rwm"; the CDI spec's "none" means
+        empty access (the reference's NoPermissions), so an injector must not
+        write the word itself into the OCI rule.
+        """
+        if not self.permissions:
+            return "rwm"
+        return "" if self.permissions == "none" else self.permissions
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +68,9 @@ class IntelRdt:
     clos_id: str | None = None
     l3_cache_schema: str | None = None
     mem_bw_schema: str | None = None
-    schemata: tuple[str, ...] = ()
+    # None when absent or null; () when written as []. The difference is the
+    # reference's: any schemata, even empty, needs cdiVersion 1.1.0.
+    schemata: tuple[str, ...] | None = None
     enable_monitoring: bool = False
 
 

@@ -21,6 +21,7 @@ from typing import Any
 
 import jsonschema
 
+from ateom.cdi.go_scalars import go_json_integer
 from ateom.errors import SpecError
 
 SCHEMA_RESOURCE = "cdi-spec.schema.json"
@@ -64,12 +65,44 @@ def inline_refs(schema: dict[str, Any]) -> dict[str, Any]:
 # takes jsonschema's own path, so the errors are exactly jsonschema's.
 
 _LEAF_KEYWORDS = frozenset({"type", "minimum", "maximum"})
+
+
+def go_number(value: int | float) -> int | float:
+    """The number the reference compares with an integer field's range.
+
+    A float reaches an integer field of the reference as encoding/json's
+    text of it (`go_json_integer`): -2^63, written as a float or as an
+    integer literal go-yaml could only read as one, is -9223372036854776000
+    there and overflows int64. Any other number is itself.
+    """
+    if isinstance(value, float):
+        whole = go_json_integer(value)
+        if whole is not None:
+            return whole
+    return value
+
+
+def _minimum(validator: Any, minimum: Any, instance: Any, schema: Any) -> Any:
+    if validator.is_type(instance, "number") and go_number(instance) < minimum:
+        yield jsonschema.ValidationError(f"{instance!r} is less than the minimum of {minimum!r}")
+
+
+def _maximum(validator: Any, maximum: Any, instance: Any, schema: Any) -> Any:
+    if validator.is_type(instance, "number") and go_number(instance) > maximum:
+        yield jsonschema.ValidationError(f"{instance!r} is greater than the maximum of {maximum!r}")
+
+
+# Range checks as the reference makes them (see go_number), for both the
+# fast path below and jsonschema's own descent.
+GO_RANGE_KEYWORDS = {"minimum": _minimum, "maximum": _maximum}
 _TYPE_TESTS: dict[str, Callable[[Any], bool]] = {
     "string": lambda v: isinstance(v, str),
     "boolean": lambda v: isinstance(v, bool),
     "null": lambda v: v is None,
-    "integer": lambda v: (isinstance(v, int) and not isinstance(v, bool))
-    or (isinstance(v, float) and v.is_integer()),
+    "integer": lambda v: (
+        (isinstance(v, int) and not isinstance(v, bool))
+        or (isinstance(v, float) and v.is_integer())
+    ),
     "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
     "array": lambda v: isinstance(v, list),
     "object": lambda v: isinstance(v, dict),
@@ -92,9 +125,10 @@ def _leaf_test(subschema: Any) -> Callable[[Any], bool] | None:
         if not any(test(value) for test in tests):
             return False
         if isinstance(value, int | float) and not isinstance(value, bool):
-            if low is not None and value < low:
+            number = go_number(value)
+            if low is not None and number < low:
                 return False
-            if high is not None and value > high:
+            if high is not None and number > high:
                 return False
         return True
 
@@ -119,9 +153,7 @@ def _properties(validator: Any, properties: Any, instance: Any, schema: Any) -> 
         return
     for name, subschema in properties.items():
         if name in instance and not _leaf_accepts(subschema, instance[name]):
-            yield from validator.descend(
-                instance[name], subschema, path=name, schema_path=name
-            )
+            yield from validator.descend(instance[name], subschema, path=name, schema_path=name)
 
 
 def _make_items(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -140,7 +172,11 @@ _BASE_CLASS = jsonschema.validators.validator_for(SCHEMA)
 _BASE_CLASS.check_schema(SCHEMA)
 _VALIDATOR_CLASS = jsonschema.validators.extend(
     _BASE_CLASS,
-    {"properties": _properties, "items": _make_items(_BASE_CLASS.VALIDATORS["items"])},
+    {
+        "properties": _properties,
+        "items": _make_items(_BASE_CLASS.VALIDATORS["items"]),
+        **GO_RANGE_KEYWORDS,
+    },
 )
 # Compiled once (with $refs inlined): building a validator costs more than
 # validating a spec. The schema dicts stay alive with it, so the id()-keyed
@@ -222,9 +258,9 @@ def _problems(error: jsonschema.ValidationError, path: str) -> list[SpecError]:
     if keyword in ("minimum", "maximum"):
         low, high = schema.get("minimum"), schema.get("maximum")
         kind = "uint32" if (low, high) == (0, 4294967295) else "int64"
-        return [
-            SpecError(path, f"{error.instance} is out of range for {kind} ({low}..{high})", field)
-        ]
+        instance: Any = error.instance
+        shown = go_number(instance)  # a float as the reference reads it
+        return [SpecError(path, f"{shown} is out of range for {kind} ({low}..{high})", field)]
     return [SpecError(path, error.message, field)]
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from ateom.cdi.parse import GO_SCALAR_RESOLVERS
+from ateom.cdi.go_scalars import GO_SCALAR_RESOLVERS
 
 
 class _SpecYamlDumper(yaml.SafeDumper):

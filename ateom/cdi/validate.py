@@ -13,6 +13,7 @@ reference accepts them.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -157,7 +158,11 @@ class _Checker:
                 first_index[device.name] = i
             self.check_annotations(f"{where}.annotations", device.annotations)
             if device.container_edits.is_empty():
-                self.error(f"{where}.containerEdits", "device has no edits")
+                # Named as the reference names it (`failed add device "dev1"`):
+                # an index is hard to find in a spec of 17 devices.
+                self.error(
+                    f"{where}.containerEdits", f"device {go_quote(device.name)} has no edits"
+                )
             else:
                 self.check_edits(f"{where}.containerEdits", device.container_edits)
         return Findings(tuple(self.errors), tuple(self.warnings))
@@ -225,10 +230,14 @@ class _Checker:
                     f"{f}.type",
                     f"device node type {node.type!r} is not one of 'b', 'c', 'u', 'p' or empty",
                 )
-            if node.permissions and set(node.permissions) - set("rwm"):
+            # SPEC.md: "'none' requests empty permissions" (the reference's
+            # NoPermissions, container-edits.go: DeviceNode.Validate).
+            perms = node.permissions
+            if perms and perms != "none" and set(perms) - set("rwm"):
                 self.error(
                     f"{f}.permissions",
-                    f"permissions {node.permissions!r} must be a combination of 'r', 'w', 'm'",
+                    f"permissions {perms[:200]!r} must be a combination of 'r', 'w', 'm', "
+                    "or 'none'",
                 )
         for j, mount in enumerate(edits.mounts):
             f = f"{where}.mounts[{j}]"
@@ -262,15 +271,9 @@ class _Checker:
             rdt = edits.intel_rdt
             f = f"{where}.intelRdt"
             self.needs("0.7.0", f, "intelRdt")
-            clos = rdt.clos_id or ""
-            # closID names a resctrl directory: one path component, bounded.
-            if len(clos) >= 4096 or clos in (".", "..") or "/" in clos or "\n" in clos:
-                self.error(
-                    f"{f}.closID",
-                    f"closID {clos[:64]!r} must be a single directory name "
-                    "(not '.', '..', no '/' or newline, under 4096 characters)",
-                )
-            if rdt.schemata:
+            self.check_clos_id(f"{f}.closID", rdt.clos_id or "")
+            # version.go: requiresV110 asks Schemata != nil: present, even empty.
+            if rdt.schemata is not None:
                 self.needs("1.1.0", f"{f}.schemata", "intelRdt schemata")
             if rdt.enable_monitoring:
                 self.needs("1.1.0", f"{f}.enableMonitoring", "intelRdt enableMonitoring")
@@ -301,6 +304,26 @@ class _Checker:
                 )
             else:
                 names[net.name] = j
+
+    def check_clos_id(self, field: str, clos: str) -> None:
+        # closID names a resctrl directory: one path component, bounded in
+        # bytes as Go's len() counts; "/" is the root CLOS (the reference's
+        # IntelRdt.Validate, after the OCI runtime-spec allowed it).
+        if clos == "/":
+            return
+        size = len(clos.encode("utf-8", "surrogatepass"))
+        if size >= 4096 or clos in (".", "..") or "/" in clos or "\n" in clos:
+            self.error(
+                field,
+                f"closID {clos[:64]!r} must be a single directory name (not '.', '..', "
+                "no '/' or newline, under 4096 bytes) or '/' (the root CLOS)",
+            )
+
+
+def go_quote(text: str) -> str:
+    """`text` double-quoted as Go's %q would (JSON escapes, one line),
+    at most 200 characters of it."""
+    return json.dumps(text[:200]) + ("..." if len(text) > 200 else "")
 
 
 def check_spec(spec: Spec) -> Findings:

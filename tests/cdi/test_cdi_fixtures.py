@@ -77,7 +77,13 @@ def test_nvidia_fixture_is_shaped_like_nvidia_ctk_output() -> None:
 def test_bundled_specs_resolve_together() -> None:
     registry = Registry.load([str(VALID)])
     assert not registry.spec_errors and not registry.conflicts and not registry.warnings
-    assert registry.kinds() == {"nvidia.com/gpu", "amd.com/gpu", "intel.com/gpu", "example.com/nic"}
+    assert registry.kinds() == {
+        "nvidia.com/gpu",
+        "amd.com/gpu",
+        "intel.com/gpu",
+        "example.com/nic",
+        "example.com/edge",
+    }
     resolution = registry.resolve(
         ["nvidia.com/gpu=0", "nvidia.com/gpu=0:1", "amd.com/gpu=1", "intel.com/gpu=card0"]
     )
@@ -90,6 +96,18 @@ def test_bundled_specs_resolve_together() -> None:
         "intel.com/gpu (spec-level)",
         "intel.com/gpu=card0",
     ]
+
+
+def test_edge_fixtures_read_as_the_reference_reads_them() -> None:
+    spec = load_spec(VALID / "reference-edge-cases.yaml").spec
+    assert spec.container_edits.intel_rdt is not None
+    assert spec.container_edits.intel_rdt.clos_id == "/"
+    node = spec.device("watcher").container_edits.device_nodes[0]  # type: ignore[union-attr]
+    assert (node.permissions, node.cgroup_access) == ("none", "")
+    env = spec.device("tagged").container_edits.env  # type: ignore[union-attr]
+    assert env == ("EDGE_MODE=tagged", "EDGE_NOTE=base64")
+    json_spec = load_spec(VALID / "escaped-slash.json").spec
+    assert json_spec.devices[0].container_edits.env == ("EDGE_PATH=/opt/edge",)
 
 
 @pytest.mark.skipif(not SHARED_CDI.is_dir(), reason="../shared/fixtures/cdi not present")

@@ -345,7 +345,7 @@ def test_device_without_edits(device_edits: Any) -> None:
         del doc["devices"][0]["containerEdits"]
     else:
         doc["devices"][0]["containerEdits"] = device_edits
-    assert one_problem(doc) == "devices[0].containerEdits: device has no edits"
+    assert one_problem(doc) == 'devices[0].containerEdits: device "dev0" has no edits'
 
 
 def test_spec_level_edits_may_be_empty() -> None:

@@ -43,18 +43,17 @@ build_busybox_bundle(base / "actors" / "counter" / "bundles" / "_pause", ["sh", 
 print(f"spec {spec}: devices nvidia.com/gpu=0, =1, =all; libraries {[l.name for l in libs]}")
 PY
 
-# Debian's runsc (2022) has no --nvproxy. ateom refuses a GPU actor on such a runsc,
-# so the demo puts a shim in front of it that claims nvproxy, records the flag, and
-# runs the real runsc without it (exactly what the e2e tests do).
-mkdir -p "$DEMO/bin"
-cat > "$DEMO/bin/runsc" <<SH
-#!/bin/sh
-if [ "\$1" = flags ]; then runsc flags 2>&1; printf '  -nvproxy\n    \tshim\n'; exit 0; fi
-argv="\$*"
-for a; do shift; case "\$a" in --nvproxy*) echo "runsc \$argv" >> $DEMO/nvproxy.txt ;; *) set -- "\$@" "\$a" ;; esac; done
-exec $(command -v runsc) "\$@"
-SH
-chmod +x "$DEMO/bin/runsc"
+# Debian's runsc (2022) has no --nvproxy, and ateom refuses a GPU actor on such a runsc.
+# The demo runs an emulated gVisor release in front of it (ateom.testing.runsc_emu, as
+# the e2e tests do): it answers as that release (--version, flags, help), applies its
+# GPU rules, runs the real runsc without the flags Debian lacks, and records each call.
+RUNSC_RELEASE=${ATEOM_DEMO_RUNSC_RELEASE:-20260817}
+"$PYTHON" - "$DEMO" "$RUNSC_RELEASE" "$(command -v runsc)" <<'PY'
+import sys
+from ateom.testing import install_runsc, sim_gpus
+emu = install_runsc(sys.argv[2], sys.argv[1] + "/bin", real_runsc=sys.argv[3], gpus=sim_gpus(2))
+print(f"runsc {emu.tag} emulated at {emu.path}, calls recorded in {emu.record_path}")
+PY
 
 step "ateom serve (JSON logs in $DEMO/daemon.log)"
 "$PYTHON" -m ateom serve --socket "$SOCK" --actors-root "$DEMO/actors" --run-dir "$DEMO/run" \
@@ -80,14 +79,21 @@ sed -n '/^--- env/,/^--- end/p' "$DEMO/run/logs/gpu-demo/trainer.log"
 echo "--- device nodes ateom wrote into the trainer's config.json (what nvproxy would serve):"
 "$PYTHON" -c 'import json,sys; [print("  ", d["path"], d["type"], str(d["major"])+":"+str(d["minor"])) for d in json.load(open(sys.argv[1]))["linux"]["devices"]]' \
     "$DEMO/actors/gpu-demo/bundles/trainer/config.json"
-echo "--- runsc calls that got nvproxy flags (the shim strips them before the real runsc):"; cat "$DEMO/nvproxy.txt"
+echo "--- runsc calls that got nvproxy flags (the emulated release decides; Debian's runsc runs without them):"
+"$PYTHON" - "$DEMO/bin/runsc.calls.jsonl" <<'PY'
+import json, sys
+for call in map(json.loads, open(sys.argv[1])):
+    if any(a.lstrip("-").startswith("nvproxy") for a in call["argv"]):
+        print(f"  runsc {' '.join(call['argv'])}\n    nvproxy={call['nvproxy']}"
+              f" stripped={call['stripped']} exit={call['exit_code']}")
+PY
 call ateom.Inspect/GetStatus '{}' | grep -A12 '"actors"'
 call ateom.Ateom/GetWorkloadStats '{"actor_uid":"gpu-demo"}'
 
 step "CheckpointWorkload gpu-demo (FULL): the image files, then the worker is free"
 call ateom.Ateom/CheckpointWorkload "{\"actor_uid\":\"gpu-demo\",\"scope\":\"SNAPSHOT_SCOPE_FULL\",\"actor_dirs\":$(dirs gpu-demo)}"
 cp -r "$DEMO/actors/gpu-demo/checkpoint" "$DEMO/actors/gpu-demo/restore"
-step "RestoreWorkload gpu-demo: Debian's 2022 runsc cannot restore a multi-container sandbox"
+step "RestoreWorkload gpu-demo: the release restores multi-container sandboxes, Debian's runsc under the emulator cannot"
 call ateom.Ateom/RestoreWorkload "{\"actor_uid\":\"gpu-demo\",\"spec\":{\"containers\":[{\"name\":\"trainer\"}]},\"actor_dirs\":$(dirs gpu-demo)}" \
     2>&1 | head -c 700 || true
 echo; echo "(ateom reported runsc's reason and cleaned up: runsc list is empty)"

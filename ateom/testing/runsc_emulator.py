@@ -36,7 +36,7 @@ from ateom.testing import runsc_emu_gpu as gpu
 from ateom.testing import runsc_emu_save as save
 from ateom.testing import runsc_emu_state as st
 from ateom.testing.runsc_emu_cli import EXIT_FAILURE, Answer, Invocation, debian_argv, interpret
-from ateom.testing.runsc_release import FlagParse, load_release
+from ateom.testing.runsc_release import FlagParse, Release, load_release
 
 REFUSAL = "runsc emulator (ateom.testing): "
 _FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT,
@@ -52,11 +52,18 @@ class Emulator:
     def __init__(self, config: st.EmuConfig) -> None:
         self.config = config
         self.release = load_release(config.release_file)
-        self.debian = load_release(config.debian_file)
+        self._debian: Release | None = None
         self.record: dict[str, Any] = {
             "release": self.release.tag, "argv": [], "command": None, "container": None,
             "ran": [], "stripped": [], "nvproxy": None, "notes": [], "exit_code": None,
         }
+
+    @property
+    def debian(self) -> Release:
+        """Debian's release file, read when a command runs (answers do not need it)."""
+        if self._debian is None:
+            self._debian = load_release(self.config.debian_file)
+        return self._debian
 
     # --- running Debian's runsc ---------------------------------------------
 

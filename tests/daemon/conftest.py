@@ -1,4 +1,5 @@
-"""Fixtures for the daemon suite. E2E parts share one world and one daemon per module."""
+"""Fixtures for the daemon suite. E2E parts share one world per module; a daemon on
+the default emulated runsc release, and one per release for release-independent tests."""
 
 from __future__ import annotations
 
@@ -9,7 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemon.harness import RUNSC, Daemon, World, dev_null_ok, runsc_processes
+from tests.daemon.harness import (
+    DEFAULT_RELEASE,
+    RELEASES,
+    RUNSC,
+    Daemon,
+    World,
+    dev_null_ok,
+    release_options,
+    runsc_processes,
+)
 
 needs_runsc = pytest.mark.skipif(
     os.geteuid() != 0 or RUNSC is None or shutil.which("gcc") is None
@@ -23,32 +33,54 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> World:
     return World(tmp_path_factory.mktemp("world"))
 
 
+def _stopped(d: Daemon) -> None:
+    code = d.stop()
+    assert code == 0, d.logs()[-3000:]
+    assert not runsc_processes(str(d.run_dir / "actors")), "sandbox processes left"
+
+
 @pytest.fixture(scope="module")
 def daemon(world: World) -> Iterator[Daemon]:
+    """The daemon on the default release; `runsc_dir` also offers Debian's real runsc."""
     real_dir = world.base / "real-runsc"
     real_dir.mkdir(exist_ok=True)
     if not (real_dir / "runsc").exists():
         (real_dir / "runsc").symlink_to(RUNSC or "/usr/bin/runsc")
-    d = Daemon(world, str(world.shim), runsc_dir=str(real_dir), metrics_listen="127.0.0.1:0")
+    d = Daemon(world, str(world.runsc(DEFAULT_RELEASE).path), release=DEFAULT_RELEASE,
+               runsc_dir=str(real_dir), metrics_listen="127.0.0.1:0",
+               **release_options(DEFAULT_RELEASE))
     try:
         yield d
     finally:
-        code = d.stop()
-        assert code == 0, d.logs()[-3000:]
-        assert not runsc_processes(str(world.run_dir / "actors")), "sandbox processes left"
+        _stopped(d)
+
+
+@pytest.fixture(scope="module", params=RELEASES)
+def release_daemon(request: pytest.FixtureRequest, world: World) -> Iterator[Daemon]:
+    """A daemon per emulated release (its own run dir and socket), for tests whose
+    behaviour is the same on every release."""
+    release: str = request.param
+    d = Daemon(world, str(world.runsc(release).path), release=release,
+               run_dir=world.base / f"run-{release}", **release_options(release))
+    try:
+        yield d
+    finally:
+        _stopped(d)
 
 
 @pytest.fixture
-def clean(world: World, daemon: Daemon) -> Iterator[None]:
+def clean(request: pytest.FixtureRequest) -> Iterator[None]:
     """After each e2e test: nothing hosted, no runsc state or process, /dev/null intact."""
     yield
     from ateom._proto import ateom_pb2 as pb
 
+    name = "release_daemon" if "release_daemon" in request.fixturenames else "daemon"
+    daemon: Daemon = request.getfixturevalue(name)
     status = daemon.inspect.GetStatus(pb.GetStatusRequest())
     for actor in status.actors:
         daemon.stub.TerminateWorkload(pb.TerminateWorkloadRequest(actor_uid=actor.actor_uid),
                                       timeout=60)
-    state_root = world.run_dir / "actors"
+    state_root = daemon.run_dir / "actors"
     leftovers = [p.name for p in state_root.iterdir()] if state_root.exists() else []
     assert not status.actors, f"test left actors hosted: {status.actors}"
     assert leftovers == [], f"runsc state left: {leftovers}"

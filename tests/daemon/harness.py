@@ -20,37 +20,45 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from ateom._proto import ateom_pb2 as pb
 from ateom._proto import ateom_pb2_grpc as pb_grpc
 from ateom.testing import (
+    DEFAULT_DRIVER_VERSION,
+    EmulatedRunsc,
     build_busybox_bundle,
     build_fake_driver_libs,
+    install_runsc,
+    sim_gpus,
     write_sim_gpu_spec,
 )
+from ateom.testing.runsc_release import load_release
 
 RUNSC = shutil.which("runsc")
 GLOBAL_FLAGS = ("--network=none", "--ignore-cgroups")
 LIB_DIR = "/usr/local/nvidia/lib64"
 
-# Records --nvproxy* flags (one line per call), answers `flags` as if it had
-# nvproxy, and execs the real runsc without them (Debian's runsc has none).
-SHIM = """#!/bin/sh
-REAL={real}
-REC={record}
-if [ "$1" = flags ]; then
-    "$REAL" flags 2>&1
-    printf '  -nvproxy\\n    \\tEXPERIMENTAL: enable support for Nvidia GPUs (shim).\\n'
-    printf '  -nvproxy-driver-version string\\n    \\tshim\\n'
-    exit 0
-fi
-seen=""
-for a in "$@"; do
-    case "$a" in
-        --nvproxy*|-nvproxy*) seen="$seen $a" ;;
-        *) set -- "$@" "$a" ;;
-    esac
-    shift
-done
-[ -n "$seen" ] && echo "$*:$seen" >> "$REC"
-exec "$REAL" "$@"
-"""
+# Debian's runsc (2022) has no nvproxy: the daemon under test runs an
+# emulated gVisor release in front of it (ateom.testing.runsc_emu), which
+# answers probes as that release, applies its GPU rules, strips what Debian
+# lacks and records every call. The newest release is the default: today's
+# ateom behaves right on it for every test here (a GPU actor's checkpoint
+# included: 20260706+ saves live GPU clients and records the GPUs).
+DEFAULT_RELEASE = "20260817"
+# Release-independent tests run on these: Debian's own, the first with
+# multi-container restore and restore -background, the first with
+# --cuda-checkpoint-path, and the newest.
+RELEASES = ("20221219", "20240930", "20260608", "20260817")
+# GPU actors (refused without nvproxy) that only run: the oldest release here with
+# nvproxy (its driver ABI chosen by --nvproxy-driver-version) and the newest
+# (nvproxy also auto-enabled by /dev/nvidiactl); between them nothing differs for a run.
+GPU_RELEASES = ("20240930", "20260817")
+GPUS = 2
+
+
+def release_options(release: str) -> dict[str, str]:
+    """Daemon options a release needs: a driver ABI it supports when it predates
+    the simulated host's (the operator's --nvproxy-driver-version remedy)."""
+    supported = load_release(release).supported_drivers
+    if not supported or DEFAULT_DRIVER_VERSION in supported:
+        return {}
+    return {"nvproxy_driver_version": supported[-1]}
 
 
 def runsc_processes(root: str) -> list[int]:
@@ -82,8 +90,7 @@ class World:
     gpu_glob: str = field(init=False)
     run_dir: Path = field(init=False)
     socket: Path = field(init=False)
-    shim: Path = field(init=False)
-    shim_record: Path = field(init=False)
+    emulators: dict[str, EmulatedRunsc] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self.actors_root = self.base / "actors"
@@ -92,18 +99,26 @@ class World:
         self.socket = self.run_dir / "ateom.sock"
         self.actors_root.mkdir(parents=True)
         libs = build_fake_driver_libs(self.base / "driver" / "lib64")
-        write_sim_gpu_spec(self.spec_dir, libs, gpus=2, container_lib_dir=LIB_DIR)
+        write_sim_gpu_spec(self.spec_dir, libs, gpus=GPUS, container_lib_dir=LIB_DIR)
         devdir = self.base / "dev"
         devdir.mkdir()
         (devdir / "nvidia0").touch()
         (devdir / "nvidia1").touch()
         self.gpu_glob = str(devdir / "nvidia[0-9]*")
-        shim_dir = self.base / "runsc-bin"
-        shim_dir.mkdir()
-        self.shim = shim_dir / "runsc"
-        self.shim_record = self.base / "nvproxy-calls.txt"
-        self.shim.write_text(SHIM.format(real=RUNSC, record=self.shim_record))
-        self.shim.chmod(0o755)
+
+    def runsc(self, release: str = DEFAULT_RELEASE) -> EmulatedRunsc:
+        """The emulated runsc of `release` in this world (installed on first use),
+        with the world's GPUs and the fake driver's version as the host's."""
+        if release not in self.emulators:
+            self.emulators[release] = install_runsc(
+                release, self.base / f"runsc-{release}", real_runsc=RUNSC or "/usr/bin/runsc",
+                driver_version=DEFAULT_DRIVER_VERSION, gpus=sim_gpus(GPUS))
+        return self.emulators[release]
+
+    @property
+    def shim(self) -> Path:
+        """The default emulated runsc's path (tests/ops start daemons with it)."""
+        return self.runsc().path
 
     def actor_dirs(self, uid: str) -> pb.ActorDirs:
         root = self.actors_root / uid
@@ -122,13 +137,15 @@ class World:
             build_busybox_bundle(bundles / name, args)
         return bundles
 
-    def daemon_args(self, runsc: str, **extra: str) -> list[str]:
+    def daemon_args(self, runsc: str, *, run_dir: Path | None = None, **extra: str) -> list[str]:
+        """`ateom serve` for this world; `run_dir` (socket inside) defaults to the world's."""
+        run_dir = run_dir or self.run_dir
         args = [
             sys.executable, "-m", "ateom", "serve",
-            "--socket", str(self.socket),
+            "--socket", str(run_dir / "ateom.sock"),
             "--actors-root", str(self.actors_root),
             "--runsc", runsc,
-            "--run-dir", str(self.run_dir),
+            "--run-dir", str(run_dir),
             "--spec-dir", str(self.spec_dir),
             "--gpu-glob", self.gpu_glob,
             "--kill-grace", "0.5",
@@ -142,20 +159,32 @@ class World:
 
 
 class Daemon:
-    """`ateom serve` as a subprocess, with its JSON log captured to a file."""
+    """`ateom serve` as a subprocess, with its JSON log captured to a file.
+
+    Daemons of one world share its actors root; each needs its own `run_dir`
+    (socket, runsc state, logs) to run beside another.
+    """
+
+    def emulator(self) -> EmulatedRunsc:
+        """The emulated runsc this daemon runs (its calls are the test's evidence)."""
+        return self.world.runsc(self.release)
 
     def __init__(self, world: World, runsc: str, *, wrap: tuple[str, ...] = (),
-                 **extra: str) -> None:
+                 run_dir: Path | None = None, release: str = "", **extra: str) -> None:
         self.world = world
+        self.runsc = runsc
+        self.release = release  # the emulated runsc release, "" for another binary
+        self.run_dir = run_dir or world.run_dir
+        self.socket = self.run_dir / "ateom.sock"
         self.log_path = world.base / f"daemon-{time.monotonic_ns()}.log"
         self._log = open(self.log_path, "wb")  # noqa: SIM115
         env = dict(os.environ)
         env["ATEOM_NVIDIA_TOOLKIT_DIR"] = str(world.base / "toolkit")
         self.proc = subprocess.Popen(
-            [*wrap, *world.daemon_args(runsc, **extra)], stdout=self._log, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, env=env,
+            [*wrap, *world.daemon_args(runsc, run_dir=self.run_dir, **extra)],
+            stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
         )
-        self.channel = grpc.insecure_channel(f"unix:{world.socket}")
+        self.channel = grpc.insecure_channel(f"unix:{self.socket}")
         self.stub = pb_grpc.AteomStub(self.channel)
         self.inspect = pb_grpc.InspectStub(self.channel)
         self.health = health_pb2_grpc.HealthStub(self.channel)

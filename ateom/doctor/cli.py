@@ -18,8 +18,10 @@ def register(subparsers: Any) -> None:
         "doctor",
         help="check this machine can run GPU actors (PASS/WARN/FAIL per check, with the fix)",
         description="Run the GPU worker's verification chain here: device nodes, driver "
-        "root, toolkit, CDI spec, runsc/nvproxy and a dry-run injection. Defaults come "
-        "from the daemon's ATEOM_* environment. Exit 0 when no check FAILs.",
+        "root, the GPUs' facts and placement, toolkit, CDI spec (and NVIDIA MPS in it), "
+        "runsc/nvproxy, a dry-run injection, and what GPU checkpoints need (cuda-checkpoint, "
+        "the driver, runsc). Defaults come from the daemon's ATEOM_* environment. Exit 0 "
+        "when no check FAILs.",
     )
     doctor.add_argument("--json", action="store_true", help="print the report as JSON")
     doctor.add_argument("--gpu-glob", help="GPU device nodes [$ATEOM_GPU_GLOB; /dev/nvidia[0-9]*]")
@@ -53,7 +55,24 @@ def register(subparsers: Any) -> None:
         "[nvidia.com/gpu=all]",
     )
     doctor.add_argument(
-        "--proc-driver-version", help="kernel module version file [/proc/driver/nvidia/version]"
+        "--proc-driver-version",
+        help="kernel module version file [<proc root>/driver/nvidia/version]",
+    )
+    doctor.add_argument(
+        "--proc-root", help="where the NVIDIA module's /proc files are read [/proc]"
+    )
+    doctor.add_argument(
+        "--nvidia-smi", help="nvidia-smi to query [<driver root>/bin/nvidia-smi, else $PATH]"
+    )
+    doctor.add_argument(
+        "--cuda-checkpoint", help="as given to ateom serve; set, GPU checkpoints are expected "
+        "[$ATEOM_CUDA_CHECKPOINT; looked for in <driver root>/bin, the toolkit dir, $PATH]"
+    )
+    doctor.add_argument(
+        "--gpu-placement", help="as given to ateom serve [$ATEOM_GPU_PLACEMENT; shared]"
+    )
+    doctor.add_argument(
+        "--max-actors", type=int, help="as given to ateom serve [$ATEOM_MAX_ACTORS; 1]"
     )
     doctor.set_defaults(func=run_doctor_command)
 
@@ -79,7 +98,8 @@ def run_doctor_command(args: argparse.Namespace) -> int:
     config = config_from_env(os.environ)
     overrides: dict[str, Any] = {}
     for attr in ("gpu_glob", "driver_root", "toolkit_dir", "runsc", "nvproxy_driver_version",
-                 "nvproxy_capabilities", "proc_driver_version"):
+                 "nvproxy_capabilities", "proc_driver_version", "proc_root", "nvidia_smi",
+                 "cuda_checkpoint", "gpu_placement", "max_actors"):
         value = getattr(args, attr)
         if value is not None:
             overrides[attr] = value

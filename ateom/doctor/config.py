@@ -10,11 +10,14 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from ateom.errors import AteomError, ErrorCode, quote
+
 DEFAULT_GPU_GLOB = "/dev/nvidia[0-9]*"
 DEFAULT_DRIVER_ROOT = "/usr/local/nvidia"
 DEFAULT_TOOLKIT_DIR = "/opt/nvidia-toolkit"
 DEFAULT_SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")
 DEFAULT_DEVICES = ("nvidia.com/gpu=all",)
+DEFAULT_GPU_PLACEMENT = "shared"  # the daemon's --gpu-placement default
 # nvproxy needs these two; nvidia-uvm-tools and nvidia-modeset are optional.
 CONTROL_NODE_NAMES = ("nvidiactl", "nvidia-uvm")
 # The libraries without which CUDA cannot start: their SONAME links are the
@@ -31,7 +34,17 @@ class DoctorConfig:
     devices: the qualified CDI names resolved and dry-run injected (what a
         GPU actor gets by default: every GPU of the Pod).
     proc_driver_version: the kernel module's version file, read for the host
-        driver version (falls back to libcuda's file name under lib64).
+        driver version (falls back to libcuda's file name under lib64);
+        "" for ``<proc_root>/driver/nvidia/version``.
+    proc_root: where the NVIDIA module's /proc files are read for the GPU
+        inventory (`ateom.gpuinfo`); a fixture tree in tests.
+    nvidia_smi: the nvidia-smi to ask for PCI ids and memory; "" to look in
+        the driver root's bin/, then $PATH, as the daemon does.
+    cuda_checkpoint: NVIDIA's cuda-checkpoint as configured for the daemon
+        (``--cuda-checkpoint``); "" to look for it where the daemon looks. A
+        configured one means GPU checkpoints are expected: what they lack FAILs.
+    gpu_placement, max_actors: the daemon's ``--gpu-placement`` (checked, not
+        parsed, here: a bad value is a finding) and ``--max-actors``.
     generate_timeout / probe_timeout: seconds allowed for nvidia-ctk cdi
         generate / for each runsc command; after one runsc command times out
         the rest are not run.
@@ -46,11 +59,27 @@ class DoctorConfig:
     nvproxy_capabilities: str = ""
     devices: tuple[str, ...] = DEFAULT_DEVICES
     control_nodes: tuple[str, ...] = ()
-    proc_driver_version: str = "/proc/driver/nvidia/version"
+    proc_driver_version: str = ""
+    proc_root: str = "/proc"
+    nvidia_smi: str = ""
+    cuda_checkpoint: str = ""
+    gpu_placement: str = DEFAULT_GPU_PLACEMENT
+    max_actors: int = 1
     generate_timeout: float = 60.0
     # Each runsc probe command (--version, flags, help, list-supported-drivers)
     # answers in well under a second; a wedged binary must not wedge the doctor.
     probe_timeout: float = 10.0
+
+    @property
+    def driver_version_file(self) -> str:
+        return self.proc_driver_version or os.path.join(self.proc_root, "driver", "nvidia",
+                                                        "version")
+
+    @property
+    def checkpoint_expected(self) -> bool:
+        """The operator named a cuda-checkpoint: GPU checkpoints are part of this
+        worker's job, so what they need FAILs when missing (else it WARNs)."""
+        return bool(self.cuda_checkpoint)
 
     @property
     def dev_dir(self) -> str:
@@ -83,9 +112,18 @@ def config_from_env(environ: Mapping[str, str] = os.environ) -> DoctorConfig:
 
     The same names `ateom serve` reads for its flags' twins (and the CDI
     registry and injector for their own): ``ATEOM_CDI_SPEC_DIRS`` (split on
-    ``:`` like PATH), ``ATEOM_NVIDIA_DRIVER_ROOT``, ``ATEOM_NVIDIA_TOOLKIT_DIR``.
+    ``:`` like PATH), ``ATEOM_NVIDIA_DRIVER_ROOT``, ``ATEOM_NVIDIA_TOOLKIT_DIR``,
+    ``ATEOM_CUDA_CHECKPOINT``, ``ATEOM_GPU_PLACEMENT``, ``ATEOM_MAX_ACTORS``.
+    Raises AteomError (INVALID_ARGUMENT) for a max-actors that is not a
+    number, as ``ateom serve`` refuses to start with it.
     """
     spec_dirs = tuple(p for p in _first(environ, "ATEOM_CDI_SPEC_DIRS").split(":") if p)
+    max_actors = _first(environ, "ATEOM_MAX_ACTORS") or "1"
+    try:
+        actors = int(max_actors)
+    except ValueError:
+        raise AteomError(f"$ATEOM_MAX_ACTORS={quote(max_actors)}: not a number",
+                         code=ErrorCode.INVALID_ARGUMENT) from None
     return DoctorConfig(
         gpu_glob=_first(environ, "ATEOM_GPU_GLOB") or DEFAULT_GPU_GLOB,
         driver_root=_first(environ, "ATEOM_NVIDIA_DRIVER_ROOT") or DEFAULT_DRIVER_ROOT,
@@ -94,4 +132,7 @@ def config_from_env(environ: Mapping[str, str] = os.environ) -> DoctorConfig:
         runsc=_first(environ, "ATEOM_RUNSC") or "runsc",
         nvproxy_driver_version=_first(environ, "ATEOM_NVPROXY_DRIVER_VERSION"),
         nvproxy_capabilities=_first(environ, "ATEOM_NVPROXY_CAPABILITIES"),
+        cuda_checkpoint=_first(environ, "ATEOM_CUDA_CHECKPOINT"),
+        gpu_placement=_first(environ, "ATEOM_GPU_PLACEMENT") or DEFAULT_GPU_PLACEMENT,
+        max_actors=actors,
     )

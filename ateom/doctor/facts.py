@@ -12,6 +12,9 @@ from dataclasses import dataclass
 
 from ateom.cdi.model import DeviceNode, Resolution
 from ateom.doctor.config import DoctorConfig
+from ateom.gpuinfo.cuda_checkpoint import CudaCheckpointFacts
+from ateom.gpuinfo.inventory import WorkerGpus
+from ateom.gpuinfo.mps import MpsVerdict
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +51,15 @@ class ToolFact:
 
 
 @dataclass(frozen=True, slots=True)
+class MpsFact:
+    """NVIDIA MPS in the spec dirs' devices (`ateom.gpuinfo.mps`)."""
+
+    default: MpsVerdict = MpsVerdict()  # in the resolution of DoctorConfig.devices
+    others: MpsVerdict = MpsVerdict()  # in every other device of the spec dirs
+    devices_scanned: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class SpecFact:
     """The CDI spec for the doctor's device kind, found in the spec dirs or generated."""
 
@@ -58,6 +70,7 @@ class SpecFact:
     devices: tuple[str, ...] = ()  # qualified names the registry knows
     resolution: Resolution | None = None  # of DoctorConfig.devices
     resolve_error: str = ""
+    mps: MpsFact | None = None  # None when no spec dir could be read
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +108,9 @@ class RunscFact:
     flags: tuple[tuple[str, bool], ...] = ()
     # Versions `runsc nvproxy list-supported-drivers` prints; None when runsc lacks it.
     supported_drivers: tuple[str, ...] | None = None
+    # `runsc checkpoint` flags for GPU checkpoints (`runsc help checkpoint`).
+    cuda_checkpoint_path: bool = False
+    cuda_checkpoint_sequential: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,3 +139,12 @@ class Facts:
     runsc: RunscFact
     host_driver_version: str = ""  # "" when unknown
     injection: InjectionFact | None = None  # None when there was nothing to inject
+    # The Pod's GPUs from /proc and nvidia-smi; None when not gathered (hand-written facts).
+    worker_gpus: WorkerGpus | None = None
+    cuda_checkpoint: CudaCheckpointFacts | None = None  # None when not probed
+
+    @property
+    def driver_version(self) -> str:
+        """The kernel module's version as the inventory read it, else the doctor's own."""
+        found = self.worker_gpus.driver_version if self.worker_gpus is not None else ""
+        return found or self.host_driver_version

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ateom.doctor.checks import CheckResult, Report, Status
+from ateom.doctor.verdict import CheckResult, Report, Status
 
 
 def result_to_dict(r: CheckResult) -> dict[str, Any]:

@@ -3,12 +3,18 @@
     dev/nvidia0, dev/nvidia1, dev/nvidiactl, dev/nvidia-uvm  symlinks to host stand-in
                                                              char devices (/dev/null, ...)
     driver/lib64/libcuda.so.<v>, libnvidia-ml.so.<v>, ...   real ELF (gcc) with SONAMEs
-    driver/bin/nvidia-smi
+    driver/bin/nvidia-smi                                    stand-in answering ateom's
+                                                             query for the node below
+    driver/bin/cuda-checkpoint                               stand-in printing a recorded
+                                                             --help (590.44.01)
+    node/proc/driver/nvidia/...                              the NVIDIA module's /proc files
+                                                             for those GPUs (same driver)
     toolkit/nvidia-cdi-hook (wrapper) + .real, nvidia-ctk.real
     cdi/nvidia.json                                          simulated nvidia.com/gpu spec
     runsc                                                    shim: the real runsc, plus
-                                                             the nvproxy flags and
-                                                             list-supported-drivers
+                                                             the nvproxy flags,
+                                                             list-supported-drivers and
+                                                             checkpoint's GPU flags
 
 Each seeded breakage is a small function that damages one piece.
 """
@@ -29,8 +35,11 @@ from ateom.testing import (
     compile_shared_library,
     write_sim_gpu_spec,
 )
+from ateom.testing.gpu_node import SimGpu, write_gpu_node, write_sim_fixture
 
 REAL_RUNSC = shutil.which("runsc") or "/usr/bin/runsc"
+CUDA_CHECKPOINT_HELP = Path(__file__).resolve().parents[1] / "fixtures" / "gpu" / \
+    "cuda-checkpoint"
 
 # Debian's runsc has no nvproxy; the shim adds what `runsc flags` lists on a
 # newer build and answers list-supported-drivers, and runs the real binary
@@ -47,6 +56,13 @@ case "$1" in
   nvproxy)
     if [ "$2" = list-supported-drivers ]; then
       printf '535.104.05\\n550.54.15\\n{version}\\n'
+      exit 0
+    fi ;;
+  help)
+    if [ "$2" = checkpoint ]; then
+      "$REAL" help checkpoint
+      printf '  -cuda-checkpoint-path string\\n    \\tpath to the cuda-checkpoint binary\\n'
+      printf '  -cuda-checkpoint-sequential\\n    \\trun cuda-checkpoint sequentially\\n'
       exit 0
     fi ;;
 esac
@@ -85,6 +101,19 @@ class GpuWorker:
     def runsc(self) -> Path:
         return self.root / "runsc"
 
+    @property
+    def proc_root(self) -> Path:
+        """The simulated NVIDIA module's /proc (the real one is the host's)."""
+        return self.root / "node" / "proc"
+
+    @property
+    def cuda_checkpoint(self) -> Path:
+        return self.root / "driver" / "bin" / "cuda-checkpoint"
+
+    def cli_args(self) -> list[str]:
+        """What `ateom doctor` needs beyond the env to look at this worker, not the host."""
+        return ["--proc-root", str(self.proc_root)]
+
     def config(self, **changes: object) -> DoctorConfig:
         base = DoctorConfig(
             gpu_glob=str(self.dev / "nvidia[0-9]*"),
@@ -93,6 +122,7 @@ class GpuWorker:
             spec_dirs=(str(self.root / "cdi"),),
             runsc=str(self.runsc),
             proc_driver_version=str(self.root / "proc-driver-nvidia-version"),
+            proc_root=str(self.proc_root),
         )
         from dataclasses import replace
 
@@ -132,6 +162,33 @@ class GpuWorker:
     def remove_toolkit(self) -> None:
         shutil.rmtree(self.toolkit)
 
+    def cuda_checkpoint_prints(self, help_file: str) -> None:
+        """The stand-in prints another recorded --help (e.g. help-570.86.10.txt)."""
+        _executable(self.cuda_checkpoint,
+                    f"#!/bin/sh\ncat '{CUDA_CHECKPOINT_HELP / help_file}'\n")
+
+    def set_gpu_driver(self, version: str, gpus: int = 2) -> None:
+        """The node's GPUs now run driver `version` (its /proc files and nvidia-smi)."""
+        write_gpu_facts(self, version, gpus)
+
+    def add_spec(self, name: str, doc: dict[str, object]) -> Path:
+        """Another CDI spec in the worker's spec dir (a DRA claim's, say)."""
+        path = self.root / "cdi" / name
+        path.write_text(json.dumps(doc))
+        return path
+
+
+def write_gpu_facts(w: GpuWorker, driver_version: str, gpus: int) -> None:
+    """The module's /proc files under node/ and a stand-in nvidia-smi in driver/bin
+    for `gpus` H200s (minors 0..gpus-1) on `driver_version` (writes files)."""
+    shutil.rmtree(w.root / "gpu-fixture", ignore_errors=True)
+    shutil.rmtree(w.root / "node", ignore_errors=True)
+    fixture = write_sim_fixture(w.root / "gpu-fixture", [
+        SimGpu(i, i, f"GPU-a0000000-0000-4000-8000-{i:012d}") for i in range(gpus)
+    ], driver_version=driver_version)
+    node = write_gpu_node(w.root / "node", fixture)
+    _executable(w.root / "driver" / "bin" / "nvidia-smi", Path(node.nvidia_smi).read_text())
+
 
 def build_gpu_worker(root: Path, *, gpus: int = 2) -> GpuWorker:
     """Build a healthy simulated GPU worker under `root` (runs gcc)."""
@@ -147,7 +204,9 @@ def build_gpu_worker(root: Path, *, gpus: int = 2) -> GpuWorker:
         w.lib64, extra=[(f"libnvidia-ptxjitcompiler.so.{DEFAULT_DRIVER_VERSION}",
                          "libnvidia-ptxjitcompiler.so.1")]
     )
-    _executable(w.root / "driver" / "bin" / "nvidia-smi", "#!/bin/sh\necho fake nvidia-smi\n")
+    # The GPUs' /proc files and nvidia-smi, for the same driver the libraries are of.
+    write_gpu_facts(w, DEFAULT_DRIVER_VERSION, gpus)
+    w.cuda_checkpoint_prints("help-590.44.01.txt")
 
     # The toolkit as the GPU operator installs it: wrappers and their .real binaries.
     true_bin = shutil.which("true") or "/bin/true"

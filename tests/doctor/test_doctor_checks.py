@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from ateom.cdi.model import ContainerEdits, DeviceNode, EditStep, Resolution
+from ateom.cdi.model import DeviceNode
 from ateom.doctor import CHECK_NAMES, Status, judge
 from ateom.doctor.checks import CHECKS
 from ateom.doctor.config import DoctorConfig, config_from_env
@@ -14,7 +14,6 @@ from ateom.doctor.facts import (
     DirFact,
     Facts,
     InjectionFact,
-    LibraryFact,
     NodeFact,
     RunscFact,
     SpecFact,
@@ -22,51 +21,7 @@ from ateom.doctor.facts import (
     ToolFact,
 )
 from ateom.doctor.report import render_json, render_text, report_to_dict
-
-RESOLUTION = Resolution(
-    ("nvidia.com/gpu=all",),
-    (EditStep("nvidia.com/gpu=all", "/etc/cdi/nvidia.json", ContainerEdits()),),
-)
-GPU0 = DeviceNode("/dev/nvidia0", type="c", major=195, minor=0)
-
-
-def healthy() -> Facts:
-    config = DoctorConfig()
-    return Facts(
-        config=config,
-        gpu_nodes=(NodeFact("/dev/nvidia0", "c", 195, 0), NodeFact("/dev/nvidia3", "c", 195, 3)),
-        control_nodes=(NodeFact("/dev/nvidiactl", "c", 195, 255),
-                       NodeFact("/dev/nvidia-uvm", "c", 510, 0)),
-        driver_root=DirFact("/usr/local/nvidia", True),
-        driver_lib_dir=DirFact("/usr/local/nvidia/lib64", True),
-        driver_bin_dir=DirFact("/usr/local/nvidia/bin", True),
-        toolkit_dir=DirFact("/opt/nvidia-toolkit", True),
-        tools=(
-            ToolFact("nvidia-cdi-hook", "/opt/nvidia-toolkit/nvidia-cdi-hook.real", True, True,
-                     is_real=True),
-            ToolFact("nvidia-ctk", "/opt/nvidia-toolkit/nvidia-ctk.real", True, True,
-                     is_real=True),
-        ),
-        spec=SpecFact(files=("/etc/cdi/nvidia.json",), devices=("nvidia.com/gpu=all",),
-                      resolution=RESOLUTION),
-        spec_nodes=(SpecNodeFact("nvidia.com/gpu=all", GPU0, NodeFact("/dev/nvidia0", "c", 195,
-                                                                        0)),),
-        libraries=(
-            LibraryFact("x", "/usr/local/nvidia/lib64/libcuda.so.580.65.06",
-                        "/usr/local/nvidia/lib64/libcuda.so.580.65.06", True, "libcuda.so.1"),
-            LibraryFact("x", "/usr/local/nvidia/lib64/libnvidia-tls.so.580.65.06",
-                        "/usr/local/nvidia/lib64/libnvidia-tls.so.580.65.06", True,
-                        "libnvidia-tls.so.580.65.06"),
-        ),
-        runsc=RunscFact("/usr/local/bin/runsc", True, "release-20250407.0",
-                        supports_nvproxy=True, supported_drivers=("580.65.06",)),
-        host_driver_version="580.65.06",
-        injection=InjectionFact(
-            env=("PATH=/bin", "LD_LIBRARY_PATH=/usr/local/nvidia/lib64"),
-            symlinks=(("/usr/local/nvidia/lib64/libcuda.so.1", "libcuda.so.580.65.06"),
-                      ("/usr/local/nvidia/lib64/libnvidia-ml.so.1", "libnvidia-ml.so.580.65.06")),
-        ),
-    )
+from tests.doctor.healthy_facts import GPU0, healthy
 
 
 def status(facts: Facts, name: str) -> Status:
@@ -265,7 +220,8 @@ def test_text_report_one_line_per_check_with_fix_and_verdict() -> None:
     lines = text.splitlines()
     assert lines[0].startswith("FAIL  gpu-nodes")
     assert any(line.strip().startswith("fix: request nvidia.com/gpu") for line in lines)
-    assert lines[-1] == "NOT OK: 11 passed, 0 warned, 1 failed, 0 skipped"
+    # Without GPU nodes the inventory, placement and checkpoint-driver checks skip.
+    assert lines[-1] == "NOT OK: 14 passed, 0 warned, 1 failed, 3 skipped"
     for name in CHECK_NAMES:
         assert sum(1 for ln in lines if ln[6:].startswith(name + " ")) == 1, name
 
@@ -289,12 +245,22 @@ def test_config_from_env_uses_the_daemons_variables() -> None:
         "ATEOM_CDI_SPEC_DIRS": "/a::/b",
         "ATEOM_RUNSC": "/bin/runsc",
         "ATEOM_NVPROXY_DRIVER_VERSION": "550.54.15",
+        "ATEOM_CUDA_CHECKPOINT": "/opt/cc/cuda-checkpoint",
+        "ATEOM_GPU_PLACEMENT": "shared:2",
+        "ATEOM_MAX_ACTORS": "4",
     })
     assert cfg.spec_dirs == ("/a", "/b")
     assert cfg.control_node_paths == ("/x/nvidiactl", "/x/nvidia-uvm")
     assert (cfg.driver_lib_dir, cfg.toolkit_dir, cfg.runsc) == ("/drv/lib64", "/tk", "/bin/runsc")
     assert cfg.nvproxy_driver_version == "550.54.15"
+    assert (cfg.cuda_checkpoint, cfg.gpu_placement, cfg.max_actors) == (
+        "/opt/cc/cuda-checkpoint", "shared:2", 4)
+    assert cfg.checkpoint_expected
     defaults = config_from_env({})
+    assert (defaults.cuda_checkpoint, defaults.gpu_placement, defaults.max_actors) == (
+        "", "shared", 1)
+    assert not defaults.checkpoint_expected
+    assert defaults.driver_version_file == "/proc/driver/nvidia/version"
     assert defaults.gpu_glob == "/dev/nvidia[0-9]*"
     assert defaults.driver_root == "/usr/local/nvidia"
     assert defaults.toolkit_dir == "/opt/nvidia-toolkit"
@@ -303,6 +269,14 @@ def test_config_from_env_uses_the_daemons_variables() -> None:
     old_names = config_from_env({"ATEOM_DRIVER_ROOT": "/d2", "ATEOM_SPEC_DIRS": "/s"})
     assert (old_names.driver_root, old_names.spec_dirs) == (defaults.driver_root,
                                                             defaults.spec_dirs)
+
+
+def test_a_max_actors_that_is_no_number_is_refused_as_serve_refuses_it() -> None:
+    from ateom.errors import AteomError, ErrorCode
+
+    with pytest.raises(AteomError, match=r"\$ATEOM_MAX_ACTORS='many': not a number") as err:
+        config_from_env({"ATEOM_MAX_ACTORS": "many"})
+    assert err.value.code is ErrorCode.INVALID_ARGUMENT
 
 
 def test_doctor_config_for_daemon_is_what_serve_resolved() -> None:
@@ -315,9 +289,11 @@ def test_doctor_config_for_daemon_is_what_serve_resolved() -> None:
     daemon_config.add_flags(parser)
     env = {"ATEOM_ACTORS_ROOT": "/r", "ATEOM_NVIDIA_DRIVER_ROOT": "/env-drv",
            "ATEOM_NVIDIA_TOOLKIT_DIR": "/env-tk", "ATEOM_CDI_SPEC_DIRS": "/env-a:/env-b"}
+    env["ATEOM_GPU_PLACEMENT"] = "shared:3"
     served = daemon_config.from_args(parser.parse_args(
         ["--driver-root", "/flag-drv", "--gpu-glob", "/g/nvidia[0-9]*", "--runsc", "/bin/rs",
-         "--nvproxy-driver-version", "550.54.15"]), env)
+         "--nvproxy-driver-version", "550.54.15", "--gpu-placement", "exclusive",
+         "--cuda-checkpoint", "/cc/cuda-checkpoint", "--max-actors", "3"]), env)
     cfg = doctor_config(served, served.spec_dirs)
     # Flags beat env in the daemon, so they do in its doctor too.
     assert (cfg.driver_root, cfg.toolkit_dir, cfg.spec_dirs) == (
@@ -325,3 +301,5 @@ def test_doctor_config_for_daemon_is_what_serve_resolved() -> None:
     assert (cfg.gpu_glob, cfg.runsc, cfg.nvproxy_driver_version) == (
         "/g/nvidia[0-9]*", "/bin/rs", "550.54.15")
     assert cfg.devices == ("nvidia.com/gpu=all",)
+    assert (cfg.gpu_placement, cfg.cuda_checkpoint, cfg.max_actors) == (
+        "exclusive", "/cc/cuda-checkpoint", 3)

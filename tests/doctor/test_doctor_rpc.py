@@ -6,6 +6,7 @@ answer must be the report `ateom doctor --json` prints with the same settings.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -18,6 +19,7 @@ import pytest
 
 from ateom._proto import ateom_pb2 as pb
 from ateom._proto import ateom_pb2_grpc as pb_grpc
+from ateom.daemon import inspect as inspect_module
 from ateom.daemon.config import DaemonConfig
 from ateom.daemon.inspect import Inspector
 from ateom.daemon.reaper import Reaper
@@ -43,7 +45,12 @@ def daemon_config(worker: GpuWorker, base: Path) -> DaemonConfig:
 
 
 @pytest.fixture
-def server(gpu_worker: GpuWorker, tmp_path: Path) -> Iterator[RunningServer]:
+def server(gpu_worker: GpuWorker, tmp_path: Path,
+           monkeypatch: pytest.MonkeyPatch) -> Iterator[RunningServer]:
+    # The daemon reads the host's /proc; here, the simulated worker's NVIDIA module.
+    real = inspect_module.doctor_config
+    monkeypatch.setattr(inspect_module, "doctor_config", lambda config, dirs: dataclasses.replace(
+        real(config, dirs), proc_root=str(gpu_worker.proc_root)))
     config = daemon_config(gpu_worker, tmp_path / "daemon")
     running = start_server(config, AteomService(config, reaper=Reaper()))
     try:
@@ -65,7 +72,7 @@ def as_dicts(resp: pb.DoctorResponse) -> list[dict[str, object]]:
 
 def cli_report(worker: GpuWorker, *args: str) -> dict[str, object]:
     done = subprocess.run(
-        [sys.executable, "-m", "ateom", "doctor", "--json", *args],
+        [sys.executable, "-m", "ateom", "doctor", "--json", *worker.cli_args(), *args],
         env={**os.environ, **worker.env()}, cwd=REPO, capture_output=True, text=True,
         timeout=120, check=False,
     )

@@ -1,0 +1,57 @@
+"""How the doctor runs commands (runsc, nvidia-ctk, nvidia-smi, cuda-checkpoint).
+
+One contract for every command: argv -> (exit code, stdout+stderr), 124 for
+a command given up on, 127 for one that could not start, never raising. It
+is `ateom.gpuinfo.runner`'s, so the GPU gatherers take the doctor's runner
+as they are. The CLI runs commands with `subprocess`; inside the daemon,
+which reaps every child itself, the doctor must go through the daemon's
+reaper (`reaper_runner`), or its waitpid would race the reaper's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ateom.gpuinfo.runner import NOT_RUN, TIMED_OUT, subprocess_runner
+from ateom.gpuinfo.runner import Runner as CommandRunner
+
+
+def reaper_runner(reaper: Any) -> CommandRunner:
+    """A runner over the daemon's `Reaper.run_capture` (for the Doctor RPC)."""
+
+    def run(
+        argv: Sequence[str], *, env: Mapping[str, str] | None = None, timeout: float = 60.0
+    ) -> tuple[int, str]:
+        done = reaper.run_capture(argv, env=env, timeout=timeout)
+        if getattr(done, "timed_out", False):
+            return TIMED_OUT, f"{argv[0]}: timed out after {timeout:g}s"
+        return int(done.returncode), str(done.output)
+
+    return run
+
+
+def give_up_after_a_timeout(run: CommandRunner, limit: float) -> CommandRunner:
+    """`run` with at most `limit` seconds per command, and no command at all once
+    one timed out.
+
+    runsc is probed with several commands; a binary that hangs on the first
+    hangs on all, so one timeout is the whole cost.
+    """
+    timed_out: list[str] = []
+
+    def bounded(
+        argv: Sequence[str], *, env: Mapping[str, str] | None = None, timeout: float = limit
+    ) -> tuple[int, str]:
+        if timed_out:
+            return TIMED_OUT, f"{argv[0]}: not run: {timed_out[0]}"
+        code, out = run(argv, env=env, timeout=min(timeout, limit))
+        if code == TIMED_OUT:
+            timed_out.append(out.strip())
+        return code, out
+
+    return bounded
+
+
+__all__ = ["NOT_RUN", "TIMED_OUT", "CommandRunner", "give_up_after_a_timeout", "reaper_runner",
+           "subprocess_runner"]

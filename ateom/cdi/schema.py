@@ -71,9 +71,10 @@ def go_number(value: int | float) -> int | float:
     """The number the reference compares with an integer field's range.
 
     A float reaches an integer field of the reference as encoding/json's
-    text of it (`go_json_integer`): -2^63, written as a float or as an
-    integer literal go-yaml could only read as one, is -9223372036854776000
-    there and overflows int64. Any other number is itself.
+    text of it (`go_json_integer`): -2^63 written as a float
+    (`-9.223372036854775808e18`) is -9223372036854776000 there and overflows
+    int64. An int is itself (a YAML integer literal beyond int64 and uint64
+    stays the exact int, `go_scalars.go_yaml_number`).
     """
     if isinstance(value, float):
         whole = go_json_integer(value)

@@ -22,6 +22,7 @@ _VERB_MODULES = (
     "ateom.inject.cli",  # ateom inject
     "ateom.daemon.cli",  # ateom serve
     "ateom.doctor.cli",  # ateom doctor
+    "ateom.gpuinfo.cli",  # ateom checkpoint-info
 )
 
 

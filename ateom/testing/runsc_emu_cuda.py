@@ -1,8 +1,11 @@
 """What a release's sentry does with ``--cuda-checkpoint-path``, through ``runsc exec``.
 
-gVisor (``pkg/sentry/control/state_cuda.go``, release-20260608.0 on) runs
-NVIDIA's ``cuda-checkpoint`` *inside the sandbox*, in the container of each
-CUDA process, with argv ``cuda-checkpoint <op...> --pid <pid>``:
+gVisor (release-20260608.0 on) runs NVIDIA's ``cuda-checkpoint`` *inside the
+sandbox*, in the container of each CUDA process: ``invokeCudaCheckpoint`` in
+google/gvisor ``pkg/sentry/control/state_cuda.go`` (read at commit 045164de)
+execs the file ``--cuda-checkpoint-path`` names with argv
+``["cuda-checkpoint", <op...>, "--pid", <pid>]`` in that container's mount and
+PID namespaces, stdin /dev/null, stdout and stderr collected:
 
 - which processes: those holding an NVIDIA device FD, filtered by driver: a
   driver older than R550 gets a warning and all of them; R550-R554 keep the

@@ -311,7 +311,7 @@ def command_help(release: Release, name: str, *, via_help_command: bool) -> str:
     cmd = release.commands[name]
     if not via_help_command:
         return cmd.help_output
-    if name in release.commands and cmd.help_via_help_command != cmd.help_output:
+    if cmd.help_via_help_command != cmd.help_output:
         return cmd.help_via_help_command
     # Wrapped releases add the same -h/-help entries to every command; the
     # file renders them for the others but not for nvproxy: take them from start.

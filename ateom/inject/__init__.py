@@ -7,6 +7,7 @@
 - `soname`: DT_SONAME reads (pyelftools), their cache, the links they need.
 - `rootfs`: filesystem access confined to a rootfs (openat2 RESOLVE_IN_ROOT).
 - `linkpool`: opt-in pooled symlink inodes, hard-linked in (fast staging).
+- `plan`: `InjectionPlan`, what an injection will do (the merged config, links to stage).
 - `injector`: `plan_injection` / `stage_links` / `apply_plan` / `inject_devices`, the shell.
 - `cli`: ``ateom inject``.
 """

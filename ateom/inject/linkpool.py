@@ -1,8 +1,8 @@
 """Ready-made symlink inodes, hard-linked into rootfs instead of made anew.
 
-Making a symlink allocates an inode; on a journaled disk that also fsyncs
-(config.json is written crash-safely) that costs ~0.7 ms a link here, ~20 ms
-for a GPU's driver libraries, which is most of an injection. A hard link to
+Making a symlink allocates an inode: ~10 us here, but ~0.3-0.7 ms a link
+while the disk's journal is busy (other writers' fsyncs, block frees and
+discards), ~20 ms for a GPU's driver libraries, most of an injection then. A hard link to
 an existing symlink inode (``linkat`` without AT_SYMLINK_FOLLOW) is a
 directory entry only: ~6 us. A `LinkPool` keeps one symlink per target
 (``libcuda.so.580.65.06 -> libcuda.so.580.65.06``) in a private directory and

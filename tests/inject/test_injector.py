@@ -543,16 +543,16 @@ def test_plan_from_the_callers_config_reads_no_config_json(
 
 def test_config_after_is_serialized_once_and_only_when_read(
         bundle: Path, fake_driver: list[FakeLibrary], monkeypatch: pytest.MonkeyPatch) -> None:
-    from ateom.inject import injector
+    from ateom.inject import plan as plan_module
 
     calls: list[int] = []
-    real = injector.serialize_config
+    real = plan_module.serialize_config
 
     def counting(config: Any) -> bytes:
         calls.append(1)
         return real(config)
 
-    monkeypatch.setattr(injector, "serialize_config", counting)
+    monkeypatch.setattr(plan_module, "serialize_config", counting)
     plan = plan_injection(bundle, gpu_resolution(fake_driver), OPTS)
     assert calls == [] and plan.changed and plan.config_changed
     first = plan.config_after

@@ -119,7 +119,7 @@ import json, sys
 for line in open(sys.argv[1]):
     e = json.loads(line) if line.startswith("{") else {}
     if e.get("event") == "phase":
-        print(f"  {e['actor_uid']:9} {e['phase']:17} {e.get('container', ''):8}"
+        print(f"  {e.get('actor_uid', ''):9} {e['phase']:17} {e.get('container', ''):8}"
               f" {e['duration_ms']:8.1f} {e['outcome']}")
 PY
 echo "logs and state kept in $DEMO"

@@ -19,6 +19,11 @@ PID's toggle; the others behave as ``ok``.
     build_busybox_bundle(bundle, ["sleep", "1000"], mounts=[stub.mount()])
     runsc checkpoint --cuda-checkpoint-path=<stub.path> ...
     stub.calls()  # [("/opt/cuda-checkpoint/cuda-checkpoint", "--toggle", "--pid", "1")]
+
+When the daemon mounts the stand-in *file* read-only (as ateom mounts the
+worker's cuda-checkpoint), its directory is not there to write to: give
+`record_dir` (a path in the container) and mount a writable host dir there;
+`read_calls(host dir)` reads what it wrote.
 """
 
 from __future__ import annotations
@@ -87,14 +92,25 @@ class CudaCheckpointStub:
         (self.host_dir / "calls").write_text("")
 
 
+def read_calls(record_host_dir: str | os.PathLike[str]) -> list[tuple[str, ...]]:
+    """The runs a stand-in recorded into a `record_dir` mounted from this host dir."""
+    return CudaCheckpointStub(Path(record_host_dir), "").calls()
+
+
 def install_cuda_checkpoint_stub(host_dir: str | os.PathLike[str], *,
                                  container_dir: str = "/opt/cuda-checkpoint",
-                                 mode: Mode = "ok") -> CudaCheckpointStub:
-    """Write the stand-in into `host_dir` (created); returns where it is."""
+                                 mode: Mode = "ok", record_dir: str = "") -> CudaCheckpointStub:
+    """Write the stand-in into `host_dir` (created); returns where it is.
+
+    `record_dir`: where, in the container, it records its runs and reads its
+    mode (default: beside itself)."""
     directory = Path(host_dir).resolve()
     directory.mkdir(parents=True, exist_ok=True)
     script = directory / "cuda-checkpoint"
-    script.write_text(_SCRIPT)
+    text = _SCRIPT
+    if record_dir:
+        text = text.replace("here=${0%/*}", f"here={record_dir}")
+    script.write_text(text)
     script.chmod(0o755)
     stub = CudaCheckpointStub(directory, container_dir.rstrip("/"))
     stub.set_mode(mode)

@@ -28,6 +28,8 @@ from ateom.testing import (
     sim_gpus,
     write_sim_gpu_spec,
 )
+from ateom.testing.cuda_checkpoint_stub import install_cuda_checkpoint_stub
+from ateom.testing.gpu_node import SimGpu, write_gpu_node, write_sim_fixture
 from ateom.testing.runsc_release import load_release
 
 RUNSC = shutil.which("runsc")
@@ -50,6 +52,10 @@ RELEASES = ("20221219", "20240930", "20260608", "20260817")
 # (nvproxy also auto-enabled by /dev/nvidiactl); between them nothing differs for a run.
 GPU_RELEASES = ("20240930", "20260817")
 GPUS = 2
+# Where the cuda-checkpoint stand-in records its runs, inside a GPU container
+# (a test mounts a writable dir of the actor's there: ateom mounts the tool
+# itself read-only, as a single file).
+STUB_RECORD_DIR = "/cuda-stub"
 
 
 def release_options(release: str) -> dict[str, str]:
@@ -100,11 +106,16 @@ class World:
         self.actors_root.mkdir(parents=True)
         libs = build_fake_driver_libs(self.base / "driver" / "lib64")
         write_sim_gpu_spec(self.spec_dir, libs, gpus=GPUS, container_lib_dir=LIB_DIR)
-        devdir = self.base / "dev"
-        devdir.mkdir()
-        (devdir / "nvidia0").touch()
-        (devdir / "nvidia1").touch()
-        self.gpu_glob = str(devdir / "nvidia[0-9]*")
+        # The simulated node: /proc/driver/nvidia with the fake driver's version,
+        # the Pod's /dev/nvidiaN stand-ins, a stand-in nvidia-smi; and the
+        # worker's cuda-checkpoint (a stand-in that records its runs).
+        fixture = write_sim_fixture(self.base / "gpu-fixture", [
+            SimGpu(index=i, minor=i, uuid=f"GPU-{i:08d}-aaaa-bbbb-cccc-dddddddddddd")
+            for i in range(GPUS)], driver_version=DEFAULT_DRIVER_VERSION)
+        self.gpu_node = write_gpu_node(self.base / "gpu-node", fixture)
+        self.gpu_glob = self.gpu_node.gpu_glob
+        self.cuda_checkpoint = install_cuda_checkpoint_stub(
+            self.base / "cuda-checkpoint", record_dir=STUB_RECORD_DIR).host_dir / "cuda-checkpoint"
 
     def runsc(self, release: str = DEFAULT_RELEASE) -> EmulatedRunsc:
         """The emulated runsc of `release` in this world (installed on first use),
@@ -130,12 +141,23 @@ class World:
         )
 
     def bundles(self, uid: str, apps: dict[str, list[str]], pause_args: list[str] | None = None,
-                ) -> Path:
+                *, stub_record: bool = False) -> Path:
+        """The actor's bundles; with `stub_record`, each app container mounts
+        `stub_record_dir(uid)` writable where the cuda-checkpoint stand-in records."""
         bundles = self.actors_root / uid / "bundles"
         build_busybox_bundle(bundles / "_pause", pause_args or ["sleep", "1000"])
+        mounts = []
+        if stub_record:
+            self.stub_record_dir(uid).mkdir(parents=True, exist_ok=True)
+            mounts = [{"destination": STUB_RECORD_DIR, "type": "bind", "options": ["rbind", "rw"],
+                       "source": str(self.stub_record_dir(uid))}]
         for name, args in apps.items():
-            build_busybox_bundle(bundles / name, args)
+            build_busybox_bundle(bundles / name, args, mounts=mounts)
         return bundles
+
+    def stub_record_dir(self, uid: str) -> Path:
+        """Where the cuda-checkpoint stand-in's runs in `uid`'s containers land."""
+        return self.actors_root / uid / "cuda-stub"
 
     def daemon_args(self, runsc: str, *, run_dir: Path | None = None, **extra: str) -> list[str]:
         """`ateom serve` for this world; `run_dir` (socket inside) defaults to the world's."""
@@ -148,6 +170,8 @@ class World:
             "--run-dir", str(run_dir),
             "--spec-dir", str(self.spec_dir),
             "--gpu-glob", self.gpu_glob,
+            "--proc-root", self.gpu_node.proc_root,
+            "--cuda-checkpoint", str(self.cuda_checkpoint),
             "--kill-grace", "0.5",
             "--shutdown-grace", "2",
         ]
@@ -170,18 +194,24 @@ class Daemon:
         return self.world.runsc(self.release)
 
     def __init__(self, world: World, runsc: str, *, wrap: tuple[str, ...] = (),
-                 run_dir: Path | None = None, release: str = "", **extra: str) -> None:
+                 run_dir: Path | None = None, release: str = "", socket: Path | None = None,
+                 **extra: str) -> None:
         self.world = world
         self.runsc = runsc
         self.release = release  # the emulated runsc release, "" for another binary
         self.run_dir = run_dir or world.run_dir
-        self.socket = self.run_dir / "ateom.sock"
+        # `socket` elsewhere than in the run dir: a second daemon on the same run
+        # dir (a crashed predecessor's stand-in) must not take the first's socket.
+        self.socket = socket or self.run_dir / "ateom.sock"
         self.log_path = world.base / f"daemon-{time.monotonic_ns()}.log"
         self._log = open(self.log_path, "wb")  # noqa: SIM115
         env = dict(os.environ)
         env["ATEOM_NVIDIA_TOOLKIT_DIR"] = str(world.base / "toolkit")
+        # The simulated node's nvidia-smi, found on PATH as an image's would be.
+        env["PATH"] = f"{os.path.dirname(world.gpu_node.nvidia_smi)}:{env.get('PATH', '')}"
         self.proc = subprocess.Popen(
-            [*wrap, *world.daemon_args(runsc, run_dir=self.run_dir, **extra)],
+            [*wrap, *world.daemon_args(runsc, run_dir=self.run_dir, **extra),
+             *(["--socket", str(socket)] if socket is not None else [])],
             stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
         )
         self.channel = grpc.insecure_channel(f"unix:{self.socket}")
@@ -215,6 +245,12 @@ class Daemon:
             except ValueError:
                 pass
         return events
+
+    def crash(self, timeout: float = 30.0) -> None:
+        """``kill -9`` the daemon's own process (started without `wrap`): its
+        sandboxes, reparented, keep running, as after a crash."""
+        self.proc.kill()
+        self.proc.wait(timeout)
 
     def stop(self, timeout: float = 60.0) -> int:
         if self.proc.poll() is None:

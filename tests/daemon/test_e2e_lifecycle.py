@@ -23,6 +23,10 @@ import grpc
 import pytest
 
 from ateom._proto import ateom_pb2 as pb
+from ateom.daemon.gpu_checkpoint import TOOL_IN_CONTAINER
+from ateom.gpuinfo.record import RECORD_FILE, parse_record
+from ateom.testing import DEFAULT_DRIVER_VERSION
+from ateom.testing.cuda_checkpoint_stub import read_calls
 from tests.daemon.conftest import needs_runsc
 from tests.daemon.harness import (
     GPU_RELEASES,
@@ -70,7 +74,7 @@ def code_of(call, *args, **kw) -> grpc.StatusCode:  # type: ignore[no-untyped-de
 
 def test_gpu_actor_lifecycle(world: World, daemon: Daemon, clean: None) -> None:
     uid = "gpu-actor"
-    bundles = world.bundles(uid, {"app": ["sh", "-c", REPORT]})
+    bundles = world.bundles(uid, {"app": ["sh", "-c", REPORT]}, stub_record=True)
     daemon.stub.RunWorkload(run_request(world, uid, [pb.Container(name="app")]), timeout=120)
 
     out = wait_for(daemon.run_dir / "logs" / uid / "app.log", "END")
@@ -103,6 +107,12 @@ def test_gpu_actor_lifecycle(world: World, daemon: Daemon, clean: None) -> None:
     assert (hosted.actor_uid, hosted.phase) == (uid, "running")
     assert list(hosted.containers) == ["_pause", "app"]
     assert list(hosted.devices) == ["nvidia.com/gpu=0", "nvidia.com/gpu=1"]
+    assert list(hosted.gpus) == ["nvidia.com/gpu=0", "nvidia.com/gpu=1"]
+    assert hosted.checkpointable and not hosted.checkpoint_blocker
+    assert status.runsc.gpu_checkpoint and status.runsc.gpu_remap
+    # The worker's cuda-checkpoint is in the GPU container, read-only, at ateom's path.
+    [tool] = [m for m in app_cfg["mounts"] if m["destination"] == TOOL_IN_CONTAINER]
+    assert tool["source"] == str(world.cuda_checkpoint) and "ro" in tool["options"]
 
     sample = daemon.stub.GetWorkloadStats(pb.GetWorkloadStatsRequest(actor_uid=uid)).sample
     assert sample.actor_uid == uid and sample.memory_current_bytes > 0
@@ -123,6 +133,21 @@ def test_gpu_actor_lifecycle(world: World, daemon: Daemon, clean: None) -> None:
     assert list(resp.snapshot_files) and all((ckpt / f).is_file() for f in resp.snapshot_files)
     assert sorted(resp.snapshot_files) == sorted(
         str(p.relative_to(ckpt)) for p in ckpt.rglob("*") if p.is_file())
+    # runsc was told where cuda-checkpoint is in the container, ran it there (the
+    # stand-in recorded its runs from inside the sandbox), and saved; ateom wrote
+    # the compatibility record beside the image.
+    [save] = [c for c in daemon.emulator().calls() if c.command == "checkpoint"]
+    assert f"--cuda-checkpoint-path={TOOL_IN_CONTAINER}" in save.argv and save.exit_code == 0
+    runs = read_calls(world.stub_record_dir(uid))
+    assert runs and all(r[0] == TOOL_IN_CONTAINER for r in runs)
+    assert any("--toggle" in r and "--pid" in r for r in runs)
+    assert RECORD_FILE in resp.snapshot_files
+    record = parse_record((ckpt / RECORD_FILE).read_bytes()).record
+    assert record.driver_version == DEFAULT_DRIVER_VERSION
+    assert [g.uuid for g in record.gpus] == [f"GPU-{i:08d}-aaaa-bbbb-cccc-dddddddddddd"
+                                             for i in range(2)]
+    assert [(c.name, c.cdi_devices) for c in record.containers] == [
+        ("app", ("nvidia.com/gpu=0", "nvidia.com/gpu=1"))]
     # Checkpoint frees the worker: nothing left in runsc.
     assert runsc_list(daemon, uid) == []
     assert not daemon.inspect.GetStatus(pb.GetStatusRequest()).actors

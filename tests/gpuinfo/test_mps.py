@@ -58,7 +58,7 @@ def test_the_dra_drivers_mps_claim_is_refused_naming_device_and_edits(tmp_path: 
         check_no_mps("trainer", res)
     assert err.value.code is ErrorCode.FAILED_PRECONDITION
     text = str(err.value)
-    assert text.startswith(f"container 'trainer': {CLAIM_KIND}=4f1c-gpu-0 express")
+    assert text.startswith(f"container 'trainer': {CLAIM_KIND}=4f1c-gpu-0 expresses NVIDIA MPS")
     assert "CUDA_MPS_PIPE_DIRECTORY='/tmp/nvidia-mps'" in text
     assert f"'/tmp/nvidia-mps' <- '{MPS_ROOT}/pipe'" in text
     assert str(tmp_path / "cdi" / "claim.json") in text
@@ -135,5 +135,6 @@ def test_long_values_are_quoted_short_and_many_findings_are_counted() -> None:
     with pytest.raises(MpsRefused) as err:
         check_no_mps("app", res)
     text = str(err.value)
+    assert text.startswith("container 'app': v.com/c=0, v.com/c=1, ") and " express NVIDIA" in text
     assert "(5001 chars)" in text and "and 3 more" in text
     assert len(text) < 4000

@@ -1,6 +1,11 @@
 #!/usr/bin/env bash
-# The main job on bundled fixtures: start the daemon, run an actor with a simulated GPU,
-# show what it sees, checkpoint, restore and terminate it, then stop. Needs root (runsc).
+# The main job on bundled fixtures, driven with grpcurl as an operator would:
+#   1. a GPU actor: what it sees, a GPU checkpoint through cuda-checkpoint, its record;
+#   2. a restore refused on a worker whose driver differs, with the reason;
+#   3. a CPU actor whose in-memory counter survives checkpoint -> restore;
+#   4. a 4-GPU worker in exclusive mode: 6 intermittent actors take turns;
+#   5. the same six in shared mode.
+# Needs root (runsc). No GPU: a simulated node (see "fixtures").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
@@ -10,43 +15,97 @@ bash scripts/bootstrap.sh
 DEMO=$(mktemp -d /tmp/ateom-demo.XXXXXX)
 SOCK=$DEMO/run/ateom.sock
 DAEMON_PID=""
-cleanup() {
+stop_daemon() {
     if [ -n "$DAEMON_PID" ] && kill -0 "$DAEMON_PID" 2>/dev/null; then
         kill -TERM "$DAEMON_PID"; wait "$DAEMON_PID" || true
     fi
+    DAEMON_PID=""
 }
-trap cleanup EXIT
+trap stop_daemon EXIT
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 call() { # call METHOD JSON: a gRPC call over the unix socket, as an operator makes it
     grpcurl -plaintext -unix -d "$2" "$SOCK" "$1"
 }
+refused() { # refused METHOD JSON: a call that must fail; prints its code and message
+    if out=$(call "$1" "$2" 2>&1); then echo "unexpected success: $out" >&2; exit 1; fi
+    printf '%s\n' "$out" | sed -n 's/^ *Code: /  refused: /p; s/^ *Message: /  reason:  /p' | cut -c1-400
+}
+dirs() { echo "{\"root_dir\":\"$DEMO/actors/$1\",\"oci_bundle_dir\":\"$DEMO/actors/$1/bundles\",\"checkpoint_dir\":\"$DEMO/actors/$1/checkpoint\",\"restore_dir\":\"$DEMO/actors/$1/restore\"}"; }
+run_gpu() { # run_gpu UID [GPUS_JSON]: an actor whose app container takes its GPUs
+    call ateom.Ateom/RunWorkload "{\"actor_uid\":\"$1\",\"spec\":{\"containers\":[{\"name\":\"app\"}]},${2:+\"gpus\":$2,}\"actor_dirs\":$(dirs "$1")}" >/dev/null
+}
+serve() { # serve NODE [FLAGS...]: ateom serve on a simulated GPU node (logs in $DEMO/daemon.log)
+    local node=$1; shift
+    PATH="$node/bin:$PATH" "$PYTHON" -m ateom serve --socket "$SOCK" --actors-root "$DEMO/actors" \
+        --run-dir "$DEMO/run" --runsc "$DEMO/bin/runsc" --runsc-global-flag=--network=none \
+        --runsc-global-flag=--ignore-cgroups --spec-dir "$DEMO/cdi-$(basename "$node")" \
+        --gpu-glob "$node/dev/nvidia[0-9]*" --proc-root "$node/proc" \
+        --cuda-checkpoint "$DEMO/cuda-checkpoint/cuda-checkpoint" --kill-grace 0.5 "$@" \
+        >>"$DEMO/daemon.log" 2>&1 &
+    DAEMON_PID=$!
+    for _ in $(seq 200); do
+        grpcurl -plaintext -unix "$SOCK" grpc.health.v1.Health/Check 2>/dev/null | grep -q SERVING && return
+        sleep 0.1
+    done
+    echo "ateom serve did not come up:" >&2; tail -20 "$DEMO/daemon.log" >&2; exit 1
+}
+holders() { # who holds which GPU, from Inspect/ListActors
+    call ateom.Inspect/ListActors '{}' | "$PYTHON" -c "$HOLDERS"
+}
+HOLDERS='
+import json, sys
+r = json.load(sys.stdin)
+gpus = [g["gpu"].split("=")[1] + "<-" + ("+".join(g.get("actor_uids", [])) or "free")
+        for g in r.get("gpus", [])]
+print("  placement", r.get("gpu_placement"), ":", ", ".join(gpus))
+'
 
-step "fixtures in $DEMO: fake NVIDIA driver libs (real ELF), a CDI spec, busybox bundles"
+step "fixtures in $DEMO: simulated GPU nodes, fake driver libraries (real ELF), CDI specs, busybox bundles"
 "$PYTHON" - "$DEMO" <<'PY'
 import sys
 from pathlib import Path
-from ateom.testing import build_busybox_bundle, build_fake_driver_libs, write_sim_gpu_spec
+from ateom.testing import (build_busybox_bundle, build_fake_driver_libs, write_sim_gpu_spec,
+                           install_cuda_checkpoint_stub)
+from ateom.testing.gpu_node import SimGpu, write_gpu_node, write_sim_fixture
 base = Path(sys.argv[1])
-libs = build_fake_driver_libs(base / "driver" / "lib64")
-spec = write_sim_gpu_spec(base / "cdi", libs, gpus=2)
-(base / "dev").mkdir()
-(base / "dev" / "nvidia0").touch()  # GPU presence: --gpu-glob matches this
+libs = build_fake_driver_libs(base / "driver" / "lib64")  # libcuda.so.580.65.06, ...
+for name, gpus, driver in (("node2", 2, "580.65.06"), ("node2-newdriver", 2, "590.44.01"),
+                           ("node4", 4, "580.65.06")):
+    sims = [SimGpu(index=i, minor=i, uuid=f"GPU-{i:08d}-0000-4000-8000-00000000abcd")
+            for i in range(gpus)]
+    write_gpu_node(base / name, write_sim_fixture(base / f"fixture-{name}", sims,
+                                                 driver_version=driver))
+    write_sim_gpu_spec(base / f"cdi-{name}", libs, gpus=gpus)
+    print(f"{name}: {gpus} simulated GPUs, driver {driver} (/proc/driver/nvidia, /dev/nvidiaN,"
+          " nvidia-smi)")
+# The worker's cuda-checkpoint: a stand-in that records each run from inside the
+# sandbox into the actor's /cuda-stub (a writable mount of the actor's own dir).
+install_cuda_checkpoint_stub(base / "cuda-checkpoint", record_dir="/cuda-stub")
 lib = "/usr/local/nvidia/lib64"
 report = (f"echo '--- env'; env | grep -E 'NVIDIA|LD_LIBRARY' | sort; "
-          f"echo '--- /dev (runsc without nvproxy emulates no /dev/nvidia*)'; ls /dev; "
-          f"echo '--- driver libraries'; ls -l {lib}; echo '--- end'; sleep 100000")
-gpu = base / "actors" / "gpu-demo" / "bundles"
-build_busybox_bundle(gpu / "_pause", ["sleep", "100000"])
-build_busybox_bundle(gpu / "trainer", ["sh", "-c", report])
+          f"echo '--- driver libraries'; ls -l {lib}; echo '--- end'; "
+          "while true; do sleep 1; done")
+def actor(uid, app_args, stub=False):
+    bundles = base / "actors" / uid / "bundles"
+    build_busybox_bundle(bundles / "_pause", ["sleep", "100000"])
+    mounts = []
+    if stub:
+        (base / "actors" / uid / "cuda-stub").mkdir(parents=True)
+        mounts = [{"destination": "/cuda-stub", "type": "bind", "options": ["rbind", "rw"],
+                   "source": str(base / "actors" / uid / "cuda-stub")}]
+    build_busybox_bundle(bundles / "app", app_args, mounts=mounts)
+actor("gpu-demo", ["sh", "-c", report], stub=True)
+for i in range(1, 7):
+    actor(f"job{i}", ["sh", "-c", "while true; do sleep 1; done"], stub=True)
 count = "i=0; while true; do i=$((i+1)); echo counter=$i; sleep 0.2; done"
 build_busybox_bundle(base / "actors" / "counter" / "bundles" / "_pause", ["sh", "-c", count])
-print(f"spec {spec}: devices nvidia.com/gpu=0, =1, =all; libraries {[l.name for l in libs]}")
 PY
 
-# Debian's runsc (2022) has no --nvproxy, and ateom refuses a GPU actor on such a runsc.
-# The demo runs an emulated gVisor release in front of it (ateom.testing.runsc_emu, as
-# the e2e tests do): it answers as that release (--version, flags, help), applies its
-# GPU rules, runs the real runsc without the flags Debian lacks, and records each call.
+# Debian's runsc (2022) has no --nvproxy and no --cuda-checkpoint-path. The demo runs an
+# emulated gVisor release in front of it (ateom.testing.runsc_emu, as the e2e tests do):
+# it answers as that release (--version, flags, help), applies its GPU rules, runs
+# cuda-checkpoint inside the sandbox through the real runsc (runsc exec), runs the real
+# runsc without the flags Debian lacks, and records each call.
 RUNSC_RELEASE=${ATEOM_DEMO_RUNSC_RELEASE:-20260817}
 "$PYTHON" - "$DEMO" "$RUNSC_RELEASE" "$(command -v runsc)" <<'PY'
 import sys
@@ -55,71 +114,90 @@ emu = install_runsc(sys.argv[2], sys.argv[1] + "/bin", real_runsc=sys.argv[3], g
 print(f"runsc {emu.tag} emulated at {emu.path}, calls recorded in {emu.record_path}")
 PY
 
-step "ateom serve (JSON logs in $DEMO/daemon.log)"
-"$PYTHON" -m ateom serve --socket "$SOCK" --actors-root "$DEMO/actors" --run-dir "$DEMO/run" \
-    --runsc "$DEMO/bin/runsc" --runsc-global-flag=--network=none \
-    --runsc-global-flag=--ignore-cgroups --spec-dir "$DEMO/cdi" \
-    --gpu-glob "$DEMO/dev/nvidia[0-9]*" --kill-grace 1 >"$DEMO/daemon.log" 2>&1 &
-DAEMON_PID=$!
-for _ in $(seq 100); do
-    grpcurl -plaintext -unix "$SOCK" grpc.health.v1.Health/Check 2>/dev/null | grep -q SERVING && break
-    sleep 0.1
-done
-grpcurl -plaintext -unix "$SOCK" list
-call ateom.Inspect/GetStatus '{}'
+step "1. ateom serve on a 2-GPU worker; RunWorkload gpu-demo (sandbox root _pause + app with the Pod's GPUs)"
+serve "$DEMO/node2" --max-actors 2
+call ateom.Inspect/GetStatus '{}' | grep -E '"(state|gpu_present|version|gpu_checkpoint|gpu_remap|gpu_placement)"'
+run_gpu gpu-demo
+for _ in $(seq 100); do grep -q -- '--- end' "$DEMO/run/logs/gpu-demo/app.log" && break; sleep 0.1; done
+echo "what the app container sees (its stdout, from ateom's per-container log):"
+sed -n '/^--- env/,/^--- end/p' "$DEMO/run/logs/gpu-demo/app.log"
+echo "--- device nodes and ateom's cuda-checkpoint mount in the app's config.json:"
+"$PYTHON" -c 'import json,sys; c=json.load(open(sys.argv[1]))
+[print("  ", d["path"], d["type"], str(d["major"])+":"+str(d["minor"])) for d in c["linux"]["devices"]]
+[print("  ", m["destination"], "<-", m["source"], m["options"]) for m in c["mounts"] if "cuda-checkpoint" in m["destination"]]' \
+    "$DEMO/actors/gpu-demo/bundles/app/config.json"
+call ateom.Inspect/ListActors '{}' | grep -E -A3 '"(actor_uid|gpus|checkpointable)"' | grep -v -- -- | head -12
 
-dirs() { echo "{\"root_dir\":\"$DEMO/actors/$1\",\"oci_bundle_dir\":\"$DEMO/actors/$1/bundles\",\"checkpoint_dir\":\"$DEMO/actors/$1/checkpoint\",\"restore_dir\":\"$DEMO/actors/$1/restore\"}"; }
-
-step "RunWorkload gpu-demo: sandbox root _pause + app container 'trainer' with the Pod's GPUs"
-call ateom.Ateom/RunWorkload "{\"actor_uid\":\"gpu-demo\",\"atespace\":\"demo\",\"actor_name\":\"gpu-demo\",
-  \"spec\":{\"containers\":[{\"name\":\"trainer\"}]},\"actor_dirs\":$(dirs gpu-demo)}"
-for _ in $(seq 100); do grep -q -- '--- end' "$DEMO/run/logs/gpu-demo/trainer.log" && break; sleep 0.1; done
-step "what the trainer container sees (its stdout, from ateom's per-container log)"
-sed -n '/^--- env/,/^--- end/p' "$DEMO/run/logs/gpu-demo/trainer.log"
-echo "--- device nodes ateom wrote into the trainer's config.json (what nvproxy would serve):"
-"$PYTHON" -c 'import json,sys; [print("  ", d["path"], d["type"], str(d["major"])+":"+str(d["minor"])) for d in json.load(open(sys.argv[1]))["linux"]["devices"]]' \
-    "$DEMO/actors/gpu-demo/bundles/trainer/config.json"
-echo "--- runsc calls that got nvproxy flags (the emulated release decides; Debian's runsc runs without them):"
+step "CheckpointWorkload gpu-demo: runsc runs cuda-checkpoint in the sandbox, then saves; ateom writes the record"
+call ateom.Ateom/CheckpointWorkload "{\"actor_uid\":\"gpu-demo\",\"actor_dirs\":$(dirs gpu-demo)}"
+echo "--- the cuda-checkpoint stand-in's runs, recorded from inside the sandbox:"
+sed 's/^/  /' "$DEMO/actors/gpu-demo/cuda-stub/calls"
+echo "--- the runsc checkpoint call:"
 "$PYTHON" - "$DEMO/bin/runsc.calls.jsonl" <<'PY'
 import json, sys
 for call in map(json.loads, open(sys.argv[1])):
-    if any(a.lstrip("-").startswith("nvproxy") for a in call["argv"]):
-        print(f"  runsc {' '.join(call['argv'])}\n    nvproxy={call['nvproxy']}"
-              f" stripped={call['stripped']} exit={call['exit_code']}")
+    if "checkpoint" in call["argv"] and "-image-path" in call["argv"]:
+        print(f"  runsc {' '.join(call['argv'][call['argv'].index('checkpoint'):])}"
+              f"  (exit {call['exit_code']})")
 PY
-call ateom.Inspect/GetStatus '{}' | grep -A12 '"actors"'
-call ateom.Ateom/GetWorkloadStats '{"actor_uid":"gpu-demo"}'
+echo "--- ateom checkpoint-info (the compatibility record that travels with the image):"
+ateom checkpoint-info "$DEMO/actors/gpu-demo/checkpoint" | sed 's/^/  /'
+holders
 
-step "CheckpointWorkload gpu-demo (FULL): the image files, then the worker is free"
-call ateom.Ateom/CheckpointWorkload "{\"actor_uid\":\"gpu-demo\",\"scope\":\"SNAPSHOT_SCOPE_FULL\",\"actor_dirs\":$(dirs gpu-demo)}"
+step "RestoreWorkload gpu-demo: the record fits this worker, runsc restores the root then the app"
 cp -r "$DEMO/actors/gpu-demo/checkpoint" "$DEMO/actors/gpu-demo/restore"
-step "RestoreWorkload gpu-demo: the release restores multi-container sandboxes, Debian's runsc under the emulator cannot"
-call ateom.Ateom/RestoreWorkload "{\"actor_uid\":\"gpu-demo\",\"spec\":{\"containers\":[{\"name\":\"trainer\"}]},\"actor_dirs\":$(dirs gpu-demo)}" \
-    2>&1 | head -c 700 || true
-echo; echo "(ateom reported runsc's reason and cleaned up: runsc list is empty)"
-runsc --root "$DEMO/run/actors/gpu-demo" list 2>/dev/null || true
+echo "(the release restores multi-container sandboxes; Debian's runsc under the emulator cannot, and says so)"
+refused ateom.Ateom/RestoreWorkload "{\"actor_uid\":\"gpu-demo\",\"preserve_restore_dir\":true,\"spec\":{\"containers\":[{\"name\":\"app\"}]},\"actor_dirs\":$(dirs gpu-demo)}"
+echo "nothing left behind: runsc list is empty: [$(runsc --root "$DEMO/run/actors/gpu-demo" list -quiet 2>/dev/null || true)]"
 
-step "a single-container actor restores fine: a counter in memory survives checkpoint/restore"
-call ateom.Ateom/RunWorkload "{\"actor_uid\":\"counter\",\"actor_dirs\":$(dirs counter)}"
+step "2. the same restore on a worker whose driver differs: refused from the record, before any runsc call"
+stop_daemon
+serve "$DEMO/node2-newdriver" --max-actors 2
+refused ateom.Ateom/RestoreWorkload "{\"actor_uid\":\"gpu-demo\",\"preserve_restore_dir\":true,\"spec\":{\"containers\":[{\"name\":\"app\"}]},\"actor_dirs\":$(dirs gpu-demo)}"
+echo "--- ateom checkpoint-info --here says the same, offline:"
+PATH="$DEMO/node2-newdriver/bin:$PATH" ATEOM_RUNSC="$DEMO/bin/runsc" \
+    ATEOM_GPU_GLOB="$DEMO/node2-newdriver/dev/nvidia[0-9]*" \
+    ateom checkpoint-info --here --proc-root "$DEMO/node2-newdriver/proc" \
+    "$DEMO/actors/gpu-demo/restore" 2>&1 | tail -3 | sed 's/^/  /' || true
+
+step "3. a CPU actor: a counter in memory survives checkpoint -> restore"
+call ateom.Ateom/RunWorkload "{\"actor_uid\":\"counter\",\"actor_dirs\":$(dirs counter)}" >/dev/null
 sleep 1.5
 echo "before checkpoint: $(grep counter= "$DEMO/run/logs/counter/_pause.log" | tail -1)"
-call ateom.Ateom/CheckpointWorkload "{\"actor_uid\":\"counter\",\"actor_dirs\":$(dirs counter)}"
+call ateom.Ateom/CheckpointWorkload "{\"actor_uid\":\"counter\",\"actor_dirs\":$(dirs counter)}" >/dev/null
 cp -r "$DEMO/actors/counter/checkpoint" "$DEMO/actors/counter/restore"
-call ateom.Ateom/RestoreWorkload "{\"actor_uid\":\"counter\",\"actor_dirs\":$(dirs counter)}"
+call ateom.Ateom/RestoreWorkload "{\"actor_uid\":\"counter\",\"actor_dirs\":$(dirs counter)}" >/dev/null
 sleep 1
 echo "after restore:     $(grep counter= "$DEMO/run/logs/counter/_pause.log" | tail -1)  (continued, not restarted)"
+call ateom.Ateom/TerminateWorkload "{\"actor_uid\":\"counter\"}" >/dev/null
+stop_daemon
 
-step "TerminateWorkload counter, then stop the daemon (SIGTERM: drain, exit 0)"
-call ateom.Ateom/TerminateWorkload "{\"actor_uid\":\"counter\"}"
-kill -TERM "$DAEMON_PID"; wait "$DAEMON_PID"; echo "ateom serve exited $?"
+step "4. a 4-GPU worker, --gpu-placement exclusive: six intermittent one-GPU actors take turns"
+serve "$DEMO/node4" --max-actors 8 --gpu-placement exclusive
+for i in 1 2 3 4; do run_gpu "job$i" '{"count":1}'; echo "  job$i running"; done
+holders
+for i in 5 6; do echo "job$i:"; refused ateom.Ateom/RunWorkload "{\"actor_uid\":\"job$i\",\"spec\":{\"containers\":[{\"name\":\"app\"}]},\"gpus\":{\"count\":1},\"actor_dirs\":$(dirs "job$i")}"; done
+echo "job2 is checkpointed: its GPU is freed at once"
+call ateom.Ateom/CheckpointWorkload "{\"actor_uid\":\"job2\",\"actor_dirs\":$(dirs job2)}" >/dev/null
+run_gpu job5 '{"count":1}'; echo "  job5 running on the freed GPU"
+holders
+for i in 1 3 4 5; do call ateom.Ateom/TerminateWorkload "{\"actor_uid\":\"job$i\"}" >/dev/null; done
+stop_daemon
+
+step "5. the same six on the same worker, --gpu-placement shared: every actor sees every GPU"
+serve "$DEMO/node4" --max-actors 8 --gpu-placement shared
+for i in 1 2 3 4 5 6; do run_gpu "job$i"; done
+holders
+for i in 1 2 3 4 5 6; do call ateom.Ateom/TerminateWorkload "{\"actor_uid\":\"job$i\"}" >/dev/null; done
+kill -TERM "$DAEMON_PID"; wait "$DAEMON_PID"; echo "ateom serve exited $? (SIGTERM: drain, exit 0)"
 DAEMON_PID=""
-echo "phase durations (ms) from the JSON log:"
+
+echo; echo "phase durations (ms) of gpu-demo's calls, from the JSON log:"
 "$PYTHON" - "$DEMO/daemon.log" <<'PY'
 import json, sys
 for line in open(sys.argv[1]):
     e = json.loads(line) if line.startswith("{") else {}
-    if e.get("event") == "phase":
-        print(f"  {e.get('actor_uid', ''):9} {e['phase']:17} {e.get('container', ''):8}"
-              f" {e['duration_ms']:8.1f} {e['outcome']}")
+    if e.get("event") == "phase" and e.get("actor_uid") == "gpu-demo":
+        print(f"  {e['phase']:17} {e.get('container', ''):8} {e['duration_ms']:8.1f} {e['outcome']}")
 PY
 echo "logs and state kept in $DEMO"

@@ -26,14 +26,15 @@ import structlog
 from ateom import safefs
 from ateom.cdi.model import Resolution
 from ateom.cdi.registry import Registry
-from ateom.daemon import bundles, confine, devices, gpu_checkpoint, validation
+from ateom.daemon import bundles, confine, devices, events, gpu_checkpoint, validation
 from ateom.daemon.catalog import DeviceCatalog
 from ateom.daemon.phases import phase
 from ateom.daemon.requests import ActorDirs, ContainerRequest, DevicePolicy
 from ateom.daemon.runsc import sandbox_root_id
 from ateom.daemon.runsc_probe import RunscInfo
 from ateom.errors import AteomError, ErrorCode, quote
-from ateom.gpuinfo.mps import check_no_mps
+from ateom.gpuinfo.mps import REFUSAL_REASON as MPS_REFUSAL
+from ateom.gpuinfo.mps import MpsRefused, check_no_mps
 from ateom.gpuinfo.record import edits_digest
 from ateom.inject.injector import InjectionPlan, plan_injection, stage_links
 from ateom.inject.options import InjectOptions, gvisor_nvidia_options
@@ -269,8 +270,13 @@ class SandboxPlanner:
         resolution = registry.resolve(list(names))
         devices.check_resolution_for_gvisor(name, resolution)
         # MPS clients talk to a host daemon through a pipe dir: gVisor cannot.
-        for finding in check_no_mps(name, resolution).findings:
-            log.info("mps_edit_not_used", container=name, finding=str(finding))
+        try:
+            verdict = check_no_mps(name, resolution)
+        except MpsRefused:
+            events.refused("placement", MPS_REFUSAL)
+            raise
+        for finding in verdict.findings:
+            log.info("mps_edit_not_used", container=name, finding=finding.describe())
         devices.check_nvproxy(ctx.info)  # before reading any library
         with phase("inject.plan", container=name):
             return self.injector.plan(bundle, resolution, config), edits_digest(resolution)

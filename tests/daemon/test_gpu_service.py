@@ -330,7 +330,8 @@ def test_a_corrupt_or_newer_record_is_refused_clearly(tmp_path: Path, content: b
     assert w.service.actors.get("g") is None
 
 
-def test_an_mps_device_is_refused_for_a_gvisor_actor_naming_it(tmp_path: Path) -> None:
+def test_an_mps_device_is_refused_for_a_gvisor_actor_naming_it(
+        tmp_path: Path, refusals: list[tuple[str, str]]) -> None:
     w = GpuWorld(tmp_path)
     # As NVIDIA's DRA driver writes an MPS-shared GPU: the pipe dir env and mount.
     spec = {"cdiVersion": "0.6.0", "kind": "nvidia.com/mps", "devices": [{
@@ -346,3 +347,4 @@ def test_an_mps_device_is_refused_for_a_gvisor_actor_naming_it(tmp_path: Path) -
     assert err.value.code is ErrorCode.FAILED_PRECONDITION
     assert "nvidia.com/mps=shared0" in str(err.value) and "MPS" in str(err.value)
     assert not [c for c in w.fake.commands() if c.startswith("create")]
+    assert refusals == [("placement", "mps_device")]

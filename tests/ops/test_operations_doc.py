@@ -49,7 +49,8 @@ def test_every_serve_flag_and_env_twin_is_documented_with_its_default() -> None:
 
 def test_every_doctor_check_is_in_the_check_table_and_troubleshooting() -> None:
     checks = table_rows("## What `ateom doctor` checks")
-    trouble = "\n".join(table_rows("## Troubleshooting"))
+    trouble = "\n".join(table_rows("## Troubleshooting")
+                        + table_rows("## Troubleshooting GPU checkpoints and placement"))
     for name in CHECK_NAMES:
         assert any(r.startswith(f"| `{name}` |") for r in checks), name
         assert f"`{name}`" in trouble, f"no symptom leads to {name}"

@@ -42,9 +42,7 @@ from ateom.cdi.spec_file import (
     spec_problems,
 )
 from ateom.errors import QualifiedNameError, ResolutionError, SpecError
-
-DEFAULT_SPEC_DIRS: tuple[str, ...] = ("/etc/cdi", "/var/run/cdi")
-SPEC_DIRS_ENV = "ATEOM_CDI_SPEC_DIRS"
+from ateom.settings import NodeSettings
 
 # How many device names an "it has these devices" reason lists before eliding.
 _MAX_LISTED_DEVICES = 24
@@ -53,9 +51,7 @@ _MAX_LISTED_DEVICES = 24
 def default_spec_dirs(environ: Mapping[str, str] = os.environ) -> tuple[str, ...]:
     """Spec directories, lowest priority first: $ATEOM_CDI_SPEC_DIRS
     (colon-separated; empty entries ignored) or /etc/cdi then /var/run/cdi."""
-    value = environ.get(SPEC_DIRS_ENV, "")
-    dirs = tuple(d for d in value.split(":") if d)
-    return dirs or DEFAULT_SPEC_DIRS
+    return NodeSettings.from_env(environ).spec_dirs
 
 
 @dataclass(frozen=True, slots=True)

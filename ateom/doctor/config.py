@@ -11,11 +11,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ateom.errors import AteomError, ErrorCode, quote
+from ateom.settings import (
+    DEFAULT_DRIVER_ROOT,
+    DEFAULT_GPU_GLOB,
+    DEFAULT_SPEC_DIRS,
+    DEFAULT_TOOLKIT_DIR,
+    NodeSettings,
+)
 
-DEFAULT_GPU_GLOB = "/dev/nvidia[0-9]*"
-DEFAULT_DRIVER_ROOT = "/usr/local/nvidia"
-DEFAULT_TOOLKIT_DIR = "/opt/nvidia-toolkit"
-DEFAULT_SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")
 DEFAULT_DEVICES = ("nvidia.com/gpu=all",)
 DEFAULT_GPU_PLACEMENT = "shared"  # the daemon's --gpu-placement default
 # nvproxy needs these two; nvidia-uvm-tools and nvidia-modeset are optional.
@@ -117,7 +120,7 @@ def config_from_env(environ: Mapping[str, str] = os.environ) -> DoctorConfig:
     Raises AteomError (INVALID_ARGUMENT) for a max-actors that is not a
     number, as ``ateom serve`` refuses to start with it.
     """
-    spec_dirs = tuple(p for p in _first(environ, "ATEOM_CDI_SPEC_DIRS").split(":") if p)
+    node = NodeSettings.from_env(environ)  # the four node settings, as the daemon reads them
     max_actors = _first(environ, "ATEOM_MAX_ACTORS") or "1"
     try:
         actors = int(max_actors)
@@ -125,10 +128,10 @@ def config_from_env(environ: Mapping[str, str] = os.environ) -> DoctorConfig:
         raise AteomError(f"$ATEOM_MAX_ACTORS={quote(max_actors)}: not a number",
                          code=ErrorCode.INVALID_ARGUMENT) from None
     return DoctorConfig(
-        gpu_glob=_first(environ, "ATEOM_GPU_GLOB") or DEFAULT_GPU_GLOB,
-        driver_root=_first(environ, "ATEOM_NVIDIA_DRIVER_ROOT") or DEFAULT_DRIVER_ROOT,
-        toolkit_dir=_first(environ, "ATEOM_NVIDIA_TOOLKIT_DIR") or DEFAULT_TOOLKIT_DIR,
-        spec_dirs=spec_dirs or DEFAULT_SPEC_DIRS,
+        gpu_glob=node.gpu_glob,
+        driver_root=node.driver_root,
+        toolkit_dir=node.toolkit_dir,
+        spec_dirs=node.spec_dirs,
         runsc=_first(environ, "ATEOM_RUNSC") or "runsc",
         nvproxy_driver_version=_first(environ, "ATEOM_NVPROXY_DRIVER_VERSION"),
         nvproxy_capabilities=_first(environ, "ATEOM_NVPROXY_CAPABILITIES"),

@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
-from ateom.cdi.registry import DEFAULT_SPEC_DIRS, Registry, SpecCache, default_spec_dirs
+from ateom.cdi.registry import Registry, SpecCache, default_spec_dirs
 from ateom.cdi.testing import spec_document, write_spec
 from ateom.errors import ResolutionError, SpecError
+from ateom.settings import DEFAULT_SPEC_DIRS
 
 
 def spec(kind: str, *devices: str, spec_env: str | None = None, env: str = "X") -> dict[str, Any]:

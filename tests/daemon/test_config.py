@@ -47,6 +47,7 @@ def test_every_flag_has_an_env_twin() -> None:
 
 
 def test_shared_settings_have_one_name_and_one_default() -> None:
+    from ateom import settings
     from ateom.cdi import registry
     from ateom.inject import options
 
@@ -59,7 +60,7 @@ def test_shared_settings_have_one_name_and_one_default() -> None:
     cfg = daemon_config.from_args(_parse([]), {"ATEOM_ACTORS_ROOT": "/r",
                                                 "ATEOM_SPEC_DIRS": "/old",
                                                 "ATEOM_DRIVER_ROOT": "/old"})
-    assert cfg.spec_dirs == registry.DEFAULT_SPEC_DIRS == daemon_config.DEFAULT_SPEC_DIRS
+    assert cfg.spec_dirs == settings.DEFAULT_SPEC_DIRS == registry.default_spec_dirs({})
     assert cfg.driver_root == options.DEFAULT_DRIVER_ROOT == daemon_config.DEFAULT_DRIVER_ROOT
     assert cfg.toolkit_dir == options.DEFAULT_TOOLKIT_DIR == daemon_config.DEFAULT_TOOLKIT_DIR
     cfg = daemon_config.from_args(

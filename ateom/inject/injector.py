@@ -44,7 +44,7 @@ from ateom.inject.soname import (
     is_library_destination,
     plan_soname_links,
 )
-from ateom.oci_config import parse_config
+from ateom.oci_config import check_shape, parse_config
 
 __all__ = [
     "CONFIG_NAME", "BundleConfig", "InjectionPlan", "apply_plan", "gather_host_facts",
@@ -197,8 +197,9 @@ def plan_injection(
 
     `config` is the bundle's config.json as the caller already read it: its
     bytes and what `ateom.oci_config.parse_config` made of them (then
-    config.json is not read here); without it, config.json is read and
-    parsed (`read_config`). Stats host device nodes, reads library SONAMEs
+    config.json is not read here; its shape is checked again, ~5 us, so the
+    merge's assumptions never rest on a caller's own parser); without it,
+    config.json is read and parsed (`read_config`). Stats host device nodes, reads library SONAMEs
     (through `soname_cache`, default the process-wide one) and inspects the
     rootfs. Raises InjectionError, naming the file and field, for an
     unreadable config, a missing rootfs, a missing or mismatched host device
@@ -208,7 +209,11 @@ def plan_injection(
     """
     bundle = os.fspath(bundle_dir)
     cache = DEFAULT_SONAME_CACHE if soname_cache is None else soname_cache
-    before, parsed = read_config(bundle) if config is None else config
+    if config is None:
+        before, parsed = read_config(bundle)
+    else:
+        before, parsed = config
+        check_shape(parsed, os.path.join(bundle, CONFIG_NAME))
     rootfs = _rootfs_path(bundle, parsed)
     with _open_rootfs(bundle, rootfs, use_openat2) as root:
         merged = merge_edits(parsed, resolution, gather_host_facts(resolution), options)

@@ -621,3 +621,12 @@ def test_fifo_config_json_is_refused_without_blocking(
     os.mkfifo(bundle / "config.json")  # open() without O_NONBLOCK would wait for a writer
     with pytest.raises(InjectionError, match="config.json: cannot read OCI config: not a regular"):
         inject_devices(bundle, gpu_resolution(fake_driver), OPTS)
+
+
+def test_callers_config_of_the_wrong_shape_is_a_config_error(
+        bundle: Path, fake_driver: list[FakeLibrary]) -> None:
+    # The merge's assumptions do not rest on the caller's own parser.
+    raw = b'{"process": {"user": {"uid": "root"}}}'
+    with pytest.raises(ConfigError, match=r"config.json: process\.user\.uid: is a string"):
+        plan_injection(bundle, gpu_resolution(fake_driver), OPTS,
+                       config=(raw, json.loads(raw)))

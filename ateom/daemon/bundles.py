@@ -13,11 +13,11 @@ in them may configure the sandbox:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ateom import oci_config
 from ateom.errors import AteomError, ErrorCode
 
 CONTAINER_TYPE = "io.kubernetes.cri.container-type"
@@ -35,25 +35,10 @@ class PreparedConfig:
 
 
 def parse_config(raw: bytes, path: str) -> dict[str, Any]:
-    """config.json bytes -> dict, or INVALID_ARGUMENT naming the file (pure)."""
-    try:
-        config = json.loads(raw)
-    except ValueError as exc:
-        raise AteomError(f"{path}: not valid JSON: {exc}",
-                         code=ErrorCode.INVALID_ARGUMENT) from None
-    if not isinstance(config, dict):
-        raise AteomError(f"{path}: top level must be a JSON object",
-                         code=ErrorCode.INVALID_ARGUMENT)
-    for key, kind in (("process", dict), ("root", dict), ("annotations", dict), ("hooks", dict),
-                      ("linux", dict), ("mounts", list)):
-        if key in config and config[key] is not None and not isinstance(config[key], kind):
-            what = "an object" if kind is dict else "an array"
-            raise AteomError(f"{path}: {key}: must be {what}", code=ErrorCode.INVALID_ARGUMENT)
-    for key, value in (config.get("annotations") or {}).items():
-        if not isinstance(value, str):
-            # runsc would refuse the whole spec, after ateom had written it.
-            raise AteomError(f"{path}: annotations.{key}: must be a string",
-                             code=ErrorCode.INVALID_ARGUMENT)
+    """config.json bytes -> the config, or INVALID_ARGUMENT naming the file and field
+    (pure): the one shape checker every part of ateom uses (`ateom.oci_config`),
+    plus what the daemon needs to run it at all: a process."""
+    config = oci_config.parse_config(raw, path)
     if not isinstance(config.get("process"), dict):
         raise AteomError(f"{path}: process: required", code=ErrorCode.INVALID_ARGUMENT)
     return config
@@ -144,6 +129,7 @@ def _object_at(parent: dict[str, Any], key: str, where: str) -> dict[str, Any]:
     return value
 
 
-def dump_config(config: dict[str, Any]) -> bytes:
-    # Compact like the injector's: json's C encoder only runs without indent.
-    return json.dumps(config, separators=(",", ":")).encode()
+def dump_config(config: dict[str, Any], path: str) -> bytes:
+    """The config as ateom writes it (`ateom.oci_config.dump_config`: compact, like
+    the injector's; INVALID_ARGUMENT naming `path` if it cannot be encoded)."""
+    return oci_config.dump_config(config, path)

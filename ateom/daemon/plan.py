@@ -243,7 +243,7 @@ class SandboxPlanner:
             log.warning("foreign_annotations_removed", container=name,
                         annotations=list(prepared.removed_annotations))
         return ContainerPlan(name, ctx.root_id if request is None else name, bundle, original,
-                             bundles.dump_config(prepared.config), names, injection,
+                             bundles.dump_config(prepared.config, config_path), names, injection,
                              request is None, digest)
 
     @staticmethod

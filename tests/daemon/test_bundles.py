@@ -71,8 +71,15 @@ def test_foreign_hooks_refused() -> None:
 @pytest.mark.parametrize("raw", [b"", b"{", b"[]", b'{"process": 1}', b'{"root": {}}',
                                  b'{"process": {}, "annotations": []}',
                                  b'{"process": {}, "annotations": {"a": 1}}',
-                                 b'{"process": {}, "linux": []}', b'{"process": {}, "mounts": {}}'])
+                                 b'{"process": {}, "linux": []}', b'{"process": {}, "mounts": {}}',
+                                 # The hardening issue's: each was another code, or INTERNAL.
+                                 b'{"process": {"env": "PATH=/bin"}}',
+                                 b'{"process": {"env": ["A=1\\u0000B"]}}',
+                                 b'{"process": {"args": ["\xff"]}}',
+                                 b'{"process": {}, "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+                                 ])
 def test_corrupt_config(raw: bytes) -> None:
     with pytest.raises(AteomError, match="/b/config.json") as err:
         bundles.parse_config(raw, "/b/config.json")
     assert err.value.code is ErrorCode.INVALID_ARGUMENT
+    assert len(str(err.value)) < 600  # the input is quoted short, never echoed whole

@@ -9,6 +9,7 @@ and `restore` of the sandbox's root container only.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Sequence
@@ -56,8 +57,6 @@ def sandbox_root_id(uid: str, pause: str) -> str:
     plain = f"{uid}{pause}" if pause.startswith("_") else f"{uid}_{pause}"
     if len(plain) <= _MAX_ROOT_ID:
         return plain
-    import hashlib
-
     digest = hashlib.sha256(uid.encode()).hexdigest()[:12]
     keep = _MAX_ROOT_ID - len(pause) - len(digest) - 2
     return f"{uid[:keep]}-{digest}_{pause.lstrip('_')}"

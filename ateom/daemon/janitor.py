@@ -69,6 +69,8 @@ class LogJanitor:
         for uid in uids:
             directory = os.path.join(self.log_root, uid)
             if uid not in hosted and now - _newest_mtime(directory) >= self.retention:
+                if uid in set(self.hosted()):  # admitted meanwhile: its logs stay
+                    continue
                 shutil.rmtree(directory, ignore_errors=True)
                 log.info("actor_logs_removed", actor_uid=uid)
                 continue

@@ -243,6 +243,7 @@ class Runsc:
 
     def _run(self, command: str, name: str, argv: Sequence[str], *, check: bool,
              timeout: float | None = None) -> Completed:
+        self._ensure_log_dir()
         stdio = self.stdio_log(name)
         own_log = self.runsc_log(name)
         offsets = (_size(stdio), _size(own_log))
@@ -258,8 +259,14 @@ class Runsc:
                              timed_out=done.timed_out)
         return done
 
+    def _ensure_log_dir(self) -> None:
+        # An operator freeing space (or the log janitor) may have removed it
+        # while the actor lived; a teardown must still be able to run runsc.
+        os.makedirs(self.log_dir, mode=0o750, exist_ok=True)
+
     def _capture(self, argv: Sequence[str]) -> Completed:
         """stdout only: runsc's logs (stderr) go to the actor's runsc command log."""
+        self._ensure_log_dir()
         return self.reaper.run_capture(argv, timeout=self.timeout,
                                        stderr_path=os.path.join(self.log_dir, "runsc.log"))
 

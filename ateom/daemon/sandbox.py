@@ -130,16 +130,20 @@ def teardown(runsc: Runsc, runsc_ids: Sequence[str], grace: float, *,
     runsc lists that `runsc_ids` does not name are killed and deleted too.
     """
     with phase("teardown"):
-        listed = runsc.list() if ask_runsc else None
-        known = set(runsc_ids) if listed is None else set(listed)
-        present = [n for n in runsc_ids if n in known]
-        ordered = list(reversed(present))  # apps first, sandbox root last
-        _stop(runsc, ordered, grace)
-        for name in ordered:
-            with phase("runsc.delete", container=runsc.log_names.get(name, name)):
+        try:
+            listed = runsc.list() if ask_runsc else None
+            known = set(runsc_ids) if listed is None else set(listed)
+            present = [n for n in runsc_ids if n in known]
+            ordered = list(reversed(present))  # apps first, sandbox root last
+            _stop(runsc, ordered, grace)
+            for name in ordered:
+                with phase("runsc.delete", container=runsc.log_names.get(name, name)):
+                    runsc.delete(name)
+            for name in sorted(known - set(present)):  # containers we never asked for
+                runsc.kill(name, "KILL")
                 runsc.delete(name)
-        for name in sorted(known - set(present)):  # containers we never asked for
-            runsc.kill(name, "KILL")
-            runsc.delete(name)
-        kill_sandbox_processes(runsc.target.root)
-        shutil.rmtree(runsc.target.root, ignore_errors=True)
+        finally:
+            # Whatever failed above, no process of this actor may outlive it
+            # unseen (not shown, not counted, still holding its GPUs).
+            kill_sandbox_processes(runsc.target.root)
+            shutil.rmtree(runsc.target.root, ignore_errors=True)

@@ -11,8 +11,7 @@ runsc (root only), and its log item:
 - item 7: container logs rotated at --log-max-bytes and removed
   --log-retention after the actor is gone
   (`test_logs_are_capped_while_running_and_removed_after_terminate`); and
-  what happens when an actor's log dir goes while it is hosted (xfail: a
-  daemon bug, see the test).
+  what happens when an actor's log dir goes while it is hosted.
 
 Crash and concurrency items: test_e2e_hardening.py.
 """
@@ -353,15 +352,12 @@ def test_logs_are_capped_while_running_and_removed_after_terminate(log_world: Wo
 
 
 @e2e
-@pytest.mark.xfail(strict=True, reason=(
-    "daemon bug: every runsc call opens <run-dir>/logs/<uid>/*.log without making the dir"
-    " (Reaper.run: FileNotFoundError), and sandbox.teardown kills the sandbox's processes"
-    " only after its runsc calls succeed: Terminate fails INTERNAL, the actor leaves the"
-    " table, its sandbox keeps running"))
 def test_terminate_tears_down_even_when_the_actors_log_dir_is_gone(log_world: World) -> None:
     """The log dir of a hosted actor removed (an operator freeing space; the janitor
     removing an expired dir just as a Run of the same uid starts): Terminate still
-    tears the sandbox down. Today it leaks it: not hosted, not counted, running."""
+    tears the sandbox down (the runsc calls make the dir again; the teardown kills
+    the actor's processes whatever its runsc calls did), never leaking it: not
+    hosted, not counted, still running."""
     world = log_world
     d = Daemon(world, str(world.runsc(DEFAULT_RELEASE).path), release=DEFAULT_RELEASE)
     uid = "logs-gone"

@@ -85,8 +85,14 @@ class DoctorConfig:
         return bool(self.cuda_checkpoint)
 
     @property
+    def node(self) -> NodeSettings:
+        """The four node settings as the daemon's `NodeSettings` (one place that
+        derives the driver's lib64/bin and the device dir from them)."""
+        return NodeSettings(self.driver_root, self.toolkit_dir, self.spec_dirs, self.gpu_glob)
+
+    @property
     def dev_dir(self) -> str:
-        return os.path.dirname(self.gpu_glob) or "/dev"
+        return self.node.dev_dir
 
     @property
     def control_node_paths(self) -> tuple[str, ...]:
@@ -96,11 +102,11 @@ class DoctorConfig:
 
     @property
     def driver_lib_dir(self) -> str:
-        return os.path.join(self.driver_root, "lib64")
+        return self.node.driver_lib_dir
 
     @property
     def driver_bin_dir(self) -> str:
-        return os.path.join(self.driver_root, "bin")
+        return self.node.driver_bin_dir
 
 
 def _first(environ: Mapping[str, str], *names: str) -> str:

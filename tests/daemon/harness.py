@@ -265,6 +265,16 @@ class Daemon:
         return code
 
 
+def wait_for(path: Path, text: str, timeout: float = 30.0) -> str:
+    """The file's text once `text` appears in it (a container's log, say)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and text in (content := path.read_text(errors="replace")):
+            return content
+        time.sleep(0.05)
+    raise AssertionError(f"{text!r} never appeared in {path}")
+
+
 def run_request(world: World, uid: str, containers: list[pb.Container], **kw: Any
                 ) -> pb.RunWorkloadRequest:
     return pb.RunWorkloadRequest(

@@ -43,6 +43,7 @@ from tests.daemon.harness import (
     dev_null_ok,
     run_request,
     runsc_processes,
+    wait_for,
 )
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -186,15 +187,6 @@ def test_unconfined_bundle_is_refused_before_runsc_runs(
     assert not daemon.inspect.GetStatus(pb.GetStatusRequest()).actors
 
 
-def wait_for(path: Path, text: str, timeout: float = 60.0) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if path.exists() and text in (content := path.read_text(errors="replace")):
-            return content
-        time.sleep(0.05)
-    raise AssertionError(f"{text!r} never appeared in {path}")
-
-
 @e2e
 def test_confined_links_and_binds_still_run(world: World, daemon: Daemon, clean: None) -> None:
     """The shapes refused above, kept inside what the actor owns, are run: a rootfs
@@ -221,7 +213,7 @@ def test_confined_links_and_binds_still_run(world: World, daemon: Daemon, clean:
     daemon.stub.RunWorkload(run_request(world, uid, [pb.Container(name="app", devices=NONE)]),
                             timeout=120)
     try:
-        assert wait_for(root / "data" / "out", "written") == "read-only from outside\nwritten\n"
+        assert wait_for(root / "data" / "out", "written", timeout=60) == "read-only from outside\nwritten\n"
     finally:
         daemon.stub.TerminateWorkload(pb.TerminateWorkloadRequest(actor_uid=uid), timeout=60)
 

@@ -38,6 +38,7 @@ from tests.daemon.harness import (
     release_options,
     run_request,
     runsc_processes,
+    wait_for,
 )
 
 pytestmark = [needs_runsc, pytest.mark.root, pytest.mark.runtime]
@@ -46,15 +47,6 @@ NONE = pb.DeviceRequest(policy=pb.DEVICE_POLICY_NONE)
 REPORT = (
     f"echo BEGIN; env; echo LINKS; ls -l {LIB_DIR}; echo NODES; ls /dev; echo END; sleep 1000"
 )
-
-
-def wait_for(path: Path, text: str, timeout: float = 30.0) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if path.exists() and text in (content := path.read_text(errors="replace")):
-            return content
-        time.sleep(0.05)
-    raise AssertionError(f"{text!r} never appeared in {path}")
 
 
 def runsc_list(daemon: Daemon, uid: str) -> list[str]:

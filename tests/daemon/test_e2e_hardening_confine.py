@@ -213,7 +213,8 @@ def test_confined_links_and_binds_still_run(world: World, daemon: Daemon, clean:
     daemon.stub.RunWorkload(run_request(world, uid, [pb.Container(name="app", devices=NONE)]),
                             timeout=120)
     try:
-        assert wait_for(root / "data" / "out", "written", timeout=60) == "read-only from outside\nwritten\n"
+        written = wait_for(root / "data" / "out", "written", timeout=60)
+        assert written == "read-only from outside\nwritten\n"
     finally:
         daemon.stub.TerminateWorkload(pb.TerminateWorkloadRequest(actor_uid=uid), timeout=60)
 

@@ -27,6 +27,7 @@ from ateom.cdi.model import Resolution
 from ateom.errors import InjectionError
 from ateom.inject.linkpool import LinkPool
 from ateom.inject.merge import (
+    DroppedHook,
     HostFacts,
     HostNode,
     merge_edits,
@@ -184,6 +185,20 @@ def _links_to_stage(
     return todo
 
 
+def _log_refusals(bundle: str, hooks: tuple[DroppedHook, ...],
+                  libraries: list[SkippedLibrary]) -> None:
+    """One event per dropped hook and per skipped library, through one bound
+    logger: a bind is most of what a log call costs, even a filtered one."""
+    logger = log.bind(bundle=bundle)
+    for hook in hooks:
+        logger.info("hook_dropped", origin=hook.origin, spec=hook.spec_path,
+                    hook_name=hook.hook_name, path=hook.path, args=list(hook.args),
+                    reason=hook.reason)
+    for lib in libraries:
+        logger.warning("soname_link_skipped", library=lib.library,
+                       destination=lib.destination, reason=lib.reason)
+
+
 def plan_injection(
     bundle_dir: str | os.PathLike[str],
     resolution: Resolution,
@@ -224,13 +239,8 @@ def plan_injection(
         links, skipped = plan_soname_links(merged.mounts, sonames)
         todo = _links_to_stage(root, links, skipped)
 
-    for hook in merged.dropped_hooks:
-        log.info("hook_dropped", bundle=bundle, origin=hook.origin, spec=hook.spec_path,
-                 hook_name=hook.hook_name, path=hook.path, args=list(hook.args),
-                 reason=hook.reason)
-    for lib in skipped:
-        log.warning("soname_link_skipped", bundle=bundle, library=lib.library,
-                    destination=lib.destination, reason=lib.reason)
+    if merged.dropped_hooks or skipped:
+        _log_refusals(bundle, merged.dropped_hooks, skipped)
     return InjectionPlan(
         bundle_dir=bundle,
         rootfs=rootfs,
@@ -312,6 +322,4 @@ def inject_devices(
     plan = plan_injection(bundle_dir, resolution, options, soname_cache=soname_cache)
     if not dry_run:
         apply_plan(plan, link_pool=link_pool, durable=durable)
-        log.debug("devices_injected", bundle=plan.bundle_dir, devices=list(plan.devices),
-                  links=len(plan.symlinks), changed=plan.changed)
     return plan

@@ -18,7 +18,10 @@ from ._support import tree_snapshot
 
 @pytest.fixture(autouse=True)
 def _structlog_defaults() -> Iterator[None]:
-    """The CLI configures structlog (logs to stderr); undo it for other tests."""
+    """The CLI configures structlog (logs to stderr) unless someone did: start
+    from the defaults (capture_logs in another test leaves it configured), and
+    undo it for other tests."""
+    structlog.reset_defaults()
     yield
     structlog.reset_defaults()
 

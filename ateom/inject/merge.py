@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
 from ateom.cdi.model import EditStep, IntelRdt, NetDevice, Resolution
@@ -143,7 +144,7 @@ def place_mounts(editor: ConfigEditor, pending: Mapping[str, dict[str, Any]]) ->
         if dest not in pending:
             keyed.append((mount_depth(dest), m))
     keyed += [(mount_depth(dest), m) for dest, m in pending.items()]
-    keyed.sort(key=lambda pair: pair[0])
+    keyed.sort(key=itemgetter(0))  # stable: equal depths keep their order
     editor.put("mounts", value=[m for _, m in keyed])
 
 

@@ -54,9 +54,13 @@ class ConfigEditor:
 
     def _replace(self, keys: Path, parent: dict[str, Any], value: Any) -> None:
         parent[keys[-1]] = value
-        depth = len(keys)
-        for path in [p for p in self._made if p[:depth] == keys]:
-            del self._made[path]  # what this editor made below the old value is gone
+        if keys in self._made:
+            # What this editor made below the old value is gone with it. (Only
+            # a made container can have made ones below it: sections are
+            # made parents first.)
+            depth = len(keys)
+            for path in [p for p in self._made if p[:depth] == keys]:
+                del self._made[path]
         if isinstance(value, (dict, list)):
             self._made[keys] = value
 

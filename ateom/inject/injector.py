@@ -16,7 +16,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -151,8 +151,7 @@ def gather_host_facts(resolution: Resolution) -> HostFacts:
     return HostFacts(nodes=nodes)
 
 
-def _by_directory(links: Iterator[SonameLink] | tuple[SonameLink, ...] | list[SonameLink]
-                  ) -> dict[str, list[SonameLink]]:
+def _by_directory(links: Iterable[SonameLink]) -> dict[str, list[SonameLink]]:
     by_dir: dict[str, list[SonameLink]] = {}
     for link in links:
         by_dir.setdefault(link.directory, []).append(link)

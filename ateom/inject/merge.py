@@ -78,38 +78,6 @@ def _process_ids(config: Mapping[str, Any]) -> tuple[int, int]:
     return int(user.get("uid") or 0), int(user.get("gid") or 0)
 
 
-def apply_device_nodes(editor: ConfigEditor, step: EditStep, host: HostFacts,
-                       process_ids: tuple[int, int]) -> None:
-    """``linux.devices``: a node with the same path is replaced in place, others
-    appended; each gets one device-cgroup allow rule (none for FIFOs), never
-    duplicated."""
-    if not step.edits.device_nodes:
-        return
-    devices = editor.array("linux", "devices")
-    rules = editor.array("linux", "resources", "devices")
-    index = {str(d.get("path")): i for i, d in enumerate(devices)}
-    # A set beside the list: `rule in rules` compared every pair of dicts,
-    # quadratic in a GPU node count that grows with the node's GPUs.
-    known: set[_RuleKey] = set()
-    for r in rules:
-        try:
-            known.add(_rule_key(r))
-        except TypeError:
-            pass  # a config's rule holding an array or object: no rule of ours equals it
-    for node in step.edits.device_nodes:
-        device = complete_device_node(node, host.nodes.get(node.host), step, process_ids)
-        at = index.get(node.path)
-        if at is None:
-            index[node.path] = len(devices)
-            devices.append(device)
-        else:
-            devices[at] = device
-        rule = cgroup_rule(device, node)
-        if rule is not None and (key := _rule_key(rule)) not in known:
-            known.add(key)
-            rules.append(rule)
-
-
 _RuleKey = tuple[Any, ...]
 
 
@@ -119,6 +87,57 @@ def _rule_key(rule: Mapping[str, Any]) -> _RuleKey:
     Hashable unless the rule holds an array or object."""
     return (len(rule), rule.get("allow"), rule.get("type"), rule.get("major"),
             rule.get("minor"), rule.get("access"))
+
+
+@dataclass
+class DeviceTable:
+    """``linux.devices`` and ``linux.resources.devices`` as one merge builds them,
+    with the indexes that keep both free of duplicates across its steps."""
+
+    devices: list[dict[str, Any]]
+    rules: list[Any]
+    index: dict[str, int]  # device path -> its place in `devices`
+    # A set beside the rules: `rule in rules` compared every pair of dicts,
+    # quadratic in a node count that grows with the node's GPUs.
+    known: set[_RuleKey]
+
+    @classmethod
+    def of(cls, editor: ConfigEditor) -> DeviceTable:
+        """The table over `editor`'s config (both arrays become the editor's)."""
+        devices = editor.array("linux", "devices")
+        rules = editor.array("linux", "resources", "devices")
+        known: set[_RuleKey] = set()
+        for r in rules:
+            try:
+                known.add(_rule_key(r))
+            except TypeError:
+                pass  # a config's rule holding an array or object: no rule of ours equals it
+        return cls(devices, rules, {str(d.get("path")): i for i, d in enumerate(devices)},
+                   known)
+
+
+def apply_device_nodes(table: DeviceTable, step: EditStep, host: HostFacts,
+                       process_ids: tuple[int, int]) -> None:
+    """``linux.devices``: a node with the same path is replaced in place, others
+    appended; each gets one device-cgroup allow rule (none for FIFOs), never
+    duplicated."""
+    devices, index, known = table.devices, table.index, table.known
+    for node in step.edits.device_nodes:
+        device = complete_device_node(node, host.nodes.get(node.host), step, process_ids)
+        at = index.get(node.path)
+        if at is None:
+            index[node.path] = len(devices)
+            devices.append(device)
+        else:
+            devices[at] = device
+        rule = cgroup_rule(device, node)
+        if rule is None:
+            continue
+        # `_rule_key` of a rule of ours, from what varies (five keys, allowed).
+        key = (5, True, rule["type"], rule["major"], rule["minor"], rule["access"])
+        if key not in known:
+            known.add(key)
+            table.rules.append(rule)
 
 
 def collect_mounts(pending: dict[str, dict[str, Any]], step: EditStep) -> None:
@@ -228,11 +247,14 @@ def merge_edits(
     """
     editor = ConfigEditor(config)
     process_ids = _process_ids(config)
+    table: DeviceTable | None = None  # made by the first step with device nodes
     mounts: dict[str, dict[str, Any]] = {}
     dropped: list[DroppedHook] = []
     for step in resolution.steps:
         edits = step.edits
-        apply_device_nodes(editor, step, host, process_ids)
+        if edits.device_nodes:
+            table = table or DeviceTable.of(editor)
+            apply_device_nodes(table, step, host, process_ids)
         collect_mounts(mounts, step)
         apply_env(editor, edits.env)
         apply_hooks(editor, step, options, dropped)

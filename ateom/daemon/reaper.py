@@ -174,6 +174,7 @@ class Reaper:
         stdout_path: str | None = None,
         env: Mapping[str, str] | None = None,
         timeout: float | None = None,
+        meanwhile: Callable[[], None] | None = None,
     ) -> Completed:
         """Run `argv` to completion; stderr (and stdout unless `stdout_path`) append to `log_path`.
 
@@ -181,6 +182,14 @@ class Reaper:
         stdio to long-lived sandbox processes (so a pipe we read to EOF would
         never end) and chowns it to the sandbox user (so /dev/null would end
         up owned by nobody).
+
+        `meanwhile`, when given, is called on this thread once the child is
+        started, before waiting for it: work that can overlap the child's
+        run without a second Python thread contending for the GIL on the way
+        to the spawn (a worker thread submitted first can hold up this one's
+        spawn by a switch interval per syscall, 5 ms each). The child is
+        waited for (and the timeout, counted from the spawn, applies) even
+        when `meanwhile` raises; its exception is raised after that.
         """
         # O_NOFOLLOW: the log dirs are ateom's own, a symlink there is not.
         flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -195,7 +204,19 @@ class Reaper:
             if out != err:
                 os.close(out)
             os.close(r)
-        code = self.wait(pid, timeout)
+        spawned = time.monotonic()
+        try:
+            if meanwhile is not None:
+                meanwhile()
+        finally:
+            left = None if timeout is None else max(0.0, timeout - (time.monotonic() - spawned))
+            completed = self._finish(argv, pid, left, timeout)
+        return completed
+
+    def _finish(self, argv: Sequence[str], pid: int, left: float | None,
+                timeout: float | None) -> Completed:
+        """Wait up to `left` for `pid`; SIGKILL and reap it when it is still running."""
+        code = self.wait(pid, left)
         if code is None:
             log.warning("timeout", argv=list(argv), timeout=timeout)
             try:

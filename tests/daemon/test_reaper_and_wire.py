@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -27,6 +29,50 @@ def test_run_appends_to_log_and_reports_exit_codes(tmp_path: Path) -> None:
 
 def test_timeout_kills(tmp_path: Path) -> None:
     done = Reaper().run(["sleep", "30"], log_path=str(tmp_path / "l"), timeout=0.2)
+    assert done.timed_out and done.returncode == -9
+
+
+def test_meanwhile_runs_while_the_child_runs(tmp_path: Path) -> None:
+    # The child exits only once `meanwhile` has written to the FIFO it reads: so
+    # `meanwhile` ran after the spawn and before the wait (else: the timeout).
+    fifo, out = tmp_path / "fifo", tmp_path / "out"
+    os.mkfifo(fifo)
+
+    def meanwhile() -> None:
+        with open(fifo, "w") as f:
+            f.write("written meanwhile\n")
+
+    done = Reaper().run(["sh", "-c", f"read line < {fifo}; echo \"$line\" > {out}"],
+                        log_path=str(tmp_path / "l"), timeout=30, meanwhile=meanwhile)
+    assert not done.timed_out and done.returncode == 0
+    assert out.read_text() == "written meanwhile\n"
+
+
+def test_meanwhile_failing_still_reaps_the_child(tmp_path: Path) -> None:
+    reaper = Reaper()
+    marker = tmp_path / "ran"
+
+    def meanwhile() -> None:
+        raise OSError("bundle write failed")
+
+    with pytest.raises(OSError, match="bundle write failed"):
+        reaper.run(["sh", "-c", f"sleep 0.1; touch {marker}"], log_path=str(tmp_path / "l"),
+                   timeout=30, meanwhile=meanwhile)
+    # Raised only after the child ran to its end and was reaped: nothing left behind.
+    assert marker.exists()
+    assert not reaper._pending and not reaper._exited
+
+
+def test_meanwhile_counts_against_the_timeout(tmp_path: Path) -> None:
+    # The timeout runs from the spawn: a `meanwhile` that outlasts it leaves
+    # the child killed at once (sleep 30 would otherwise hold the test).
+    never = threading.Event()
+
+    def meanwhile() -> None:
+        never.wait(0.5)
+
+    done = Reaper().run(["sleep", "30"], log_path=str(tmp_path / "l"), timeout=0.2,
+                        meanwhile=meanwhile)
     assert done.timed_out and done.returncode == -9
 
 

@@ -107,6 +107,11 @@ PY
 # cuda-checkpoint inside the sandbox through the real runsc (runsc exec), runs the real
 # runsc without the flags Debian lacks, and records each call.
 RUNSC_RELEASE=${ATEOM_DEMO_RUNSC_RELEASE:-20260817}
+RELEASES_DIR=${ATEOM_RUNSC_RELEASES_DIR:-../shared/runsc}
+[ -f "$RELEASES_DIR/release-$RUNSC_RELEASE.0.json" ] || {
+    echo "demo: $RELEASES_DIR/release-$RUNSC_RELEASE.0.json not found: the emulated runsc is built" \
+         "from the shared runsc release facts; place the shared folder beside this checkout" \
+         "(or set ATEOM_RUNSC_RELEASES_DIR)" >&2; exit 1; }
 "$PYTHON" - "$DEMO" "$RUNSC_RELEASE" "$(command -v runsc)" <<'PY'
 import sys
 from ateom.testing import install_runsc, sim_gpus

@@ -4,19 +4,20 @@ taken down (runsc torn down, bundles given back), all or nothing.
 The sandbox root never gets devices, and its runsc create+start (or restore)
 takes ~100 ms; writing an app bundle (SONAME links staged, config.json
 written) takes a few ms, tens when the disk is busy. So the app bundles are
-written on a worker thread while the root boots, and every write is finished
-before `host` returns or raises: a rollback sees all of them.
+written while the root's runsc create (or restore) runs, on the calling
+thread between that command's spawn and its wait (`Reaper.run(meanwhile=)`):
+a worker thread would contend for the GIL with the spawn it should overlap.
+Every write is finished before `host` returns or raises: a rollback sees all
+of them.
 """
 
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import os
 import shutil
 import time
 from collections.abc import Sequence
-from concurrent import futures
 
 import structlog
 
@@ -40,9 +41,6 @@ class Hosting:
         self.reaper = reaper
         self.store = store
         self.injector = injector
-        # One writer thread per actor that can be booting at once (started on use).
-        self._writer = futures.ThreadPoolExecutor(max_workers=config.max_actors,
-                                                  thread_name_prefix="bundle-writer")
 
     def runsc_for(self, uid: str, info: RunscInfo) -> Runsc:
         """The actor's runsc: its state root, its log dir (made here), the flags."""
@@ -88,18 +86,18 @@ class Hosting:
         uid = actor.ref.actor_uid
         root, apps = sandbox.plan.containers[0], sandbox.plan.containers[1:]
         self._apply(uid, sandbox, [root])
-        pending = None
-        if apps:
-            # The actor's log context (uid, op) goes with the work.
-            pending = self._writer.submit(contextvars.copy_context().run,
-                                          self._apply, uid, sandbox, apps)
-        try:
-            boot(sandbox, [root], image_path, lambda pid: self._watch(actor, pid))
-        finally:
-            if pending is not None:
-                futures.wait([pending])
-        if pending is not None:
-            pending.result()  # the writes' own error, once the root booted
+        failed: list[Exception] = []
+
+        def write_apps() -> None:
+            try:
+                self._apply(uid, sandbox, apps)
+            except Exception as exc:  # raised once the root booted; runsc's error first
+                failed.append(exc)
+
+        boot(sandbox, [root], image_path, lambda pid: self._watch(actor, pid),
+             meanwhile=write_apps if apps else None)
+        if failed:
+            raise failed[0]
         boot(sandbox, apps, image_path, lambda pid: self._watch(actor, pid))
 
     def _watch(self, actor: Actor, pid: int) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import structlog
@@ -242,12 +242,14 @@ class Runsc:
         return os.path.join(self.log_dir, f"{self.log_names.get(name, name)}.runsc.log")
 
     def _run(self, command: str, name: str, argv: Sequence[str], *, check: bool,
-             timeout: float | None = None) -> Completed:
+             timeout: float | None = None,
+             meanwhile: Callable[[], None] | None = None) -> Completed:
         self._ensure_log_dir()
         stdio = self.stdio_log(name)
         own_log = self.runsc_log(name)
         offsets = (_size(stdio), _size(own_log))
-        done = self.reaper.run(argv, log_path=stdio, timeout=timeout or self.timeout)
+        done = self.reaper.run(argv, log_path=stdio, timeout=timeout or self.timeout,
+                               meanwhile=meanwhile)
         log.debug("runsc", command=command, container=name, returncode=done.returncode)
         if check and done.returncode != 0:
             # The command's own -log holds its error; stderr (alsologtostderr)
@@ -270,10 +272,11 @@ class Runsc:
         return self.reaper.run_capture(argv, timeout=self.timeout,
                                        stderr_path=os.path.join(self.log_dir, "runsc.log"))
 
-    def create(self, name: str, bundle: str, pid_file: str, *, gpu: bool) -> None:
+    def create(self, name: str, bundle: str, pid_file: str, *, gpu: bool,
+               meanwhile: Callable[[], None] | None = None) -> None:
         argv = create_argv(self.target, name, bundle, pid_file, gpu=gpu,
                            log_file=self.runsc_log(name))
-        self._run("create", name, argv, check=True)
+        self._run("create", name, argv, check=True, meanwhile=meanwhile)
 
     def start(self, name: str) -> None:
         self._run("start", name, start_argv(self.target, name, log_file=self.runsc_log(name)),
@@ -286,10 +289,10 @@ class Runsc:
         self._run("checkpoint", name, argv, check=True, timeout=timeout)
 
     def restore(self, name: str, bundle: str, image_path: str, pid_file: str, *,
-                gpu: bool) -> None:
+                gpu: bool, meanwhile: Callable[[], None] | None = None) -> None:
         argv = restore_argv(self.target, name, bundle, image_path, pid_file, gpu=gpu,
                             log_file=self.runsc_log(name))
-        self._run("restore", name, argv, check=True)
+        self._run("restore", name, argv, check=True, meanwhile=meanwhile)
 
     def kill(self, name: str, sig: str) -> bool:
         done = self._run("kill", name, kill_argv(self.target, name, sig), check=False)

@@ -51,9 +51,11 @@ def read_pid(path: str) -> int:
 
 
 def boot(sandbox: Sandbox, containers: Sequence[ContainerPlan], image_path: str | None,
-         on_sandbox_pid: Callable[[int], None]) -> None:
+         on_sandbox_pid: Callable[[int], None], *,
+         meanwhile: Callable[[], None] | None = None) -> None:
     """runsc create+start (or restore from `image_path`) each of `containers`, in
-    order; `on_sandbox_pid` gets the sandbox's pid once the root is up."""
+    order; `on_sandbox_pid` gets the sandbox's pid once the root is up.
+    `meanwhile` runs (on this thread) while the first runsc command runs."""
     runsc = sandbox.runsc
     os.makedirs(runsc.target.root, mode=0o700, exist_ok=True)
     for c in containers:
@@ -62,14 +64,17 @@ def boot(sandbox: Sandbox, containers: Sequence[ContainerPlan], image_path: str 
         if image_path is not None:
             if runsc.target.info.restore_needs_create:
                 with phase("runsc.create", container=c.name):
-                    runsc.create(c.runsc_id, c.bundle, pids, gpu=gpu)
+                    runsc.create(c.runsc_id, c.bundle, pids, gpu=gpu, meanwhile=meanwhile)
+                meanwhile = None
             with phase("runsc.restore", container=c.name):
-                runsc.restore(c.runsc_id, c.bundle, image_path, pids, gpu=gpu)
+                runsc.restore(c.runsc_id, c.bundle, image_path, pids, gpu=gpu,
+                              meanwhile=meanwhile)
         else:
             with phase("runsc.create", container=c.name):
-                runsc.create(c.runsc_id, c.bundle, pids, gpu=gpu)
+                runsc.create(c.runsc_id, c.bundle, pids, gpu=gpu, meanwhile=meanwhile)
             with phase("runsc.start", container=c.name):
                 runsc.start(c.runsc_id)
+        meanwhile = None
         if c.is_sandbox:
             pid = read_pid(pids)
             if pid:

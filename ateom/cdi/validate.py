@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from ateom.cdi.model import ContainerEdits, Spec
+from ateom.cdi.model import ContainerEdits, DeviceNode, Hook, IntelRdt, Mount, NetDevice, Spec
 from ateom.cdi.names import device_name_problem, kind_problem
 from ateom.errors import SpecError
 
@@ -216,74 +216,85 @@ class _Checker:
                 )
 
     def check_edits(self, where: str, edits: ContainerEdits) -> None:
+        """Every rule for one block of container edits, one edit kind at a time."""
         self.check_env(f"{where}.env", edits.env)
         for j, node in enumerate(edits.device_nodes):
-            f = f"{where}.deviceNodes[{j}]"
-            if not node.path:
-                self.error(f"{f}.path", "device node path is empty")
-            elif not node.path.startswith("/"):
-                self.warn(f"{f}.path", f"device node path {node.path!r} is not absolute")
-            if node.host_path:
-                self.needs("0.5.0", f"{f}.hostPath", "a device node hostPath")
-            if node.type is not None and node.type not in DEVICE_NODE_TYPES:
-                self.error(
-                    f"{f}.type",
-                    f"device node type {node.type!r} is not one of 'b', 'c', 'u', 'p' or empty",
-                )
-            # SPEC.md: "'none' requests empty permissions" (the reference's
-            # NoPermissions, container-edits.go: DeviceNode.Validate).
-            perms = node.permissions
-            if perms and perms != "none" and set(perms) - set("rwm"):
-                self.error(
-                    f"{f}.permissions",
-                    f"permissions {perms[:200]!r} must be a combination of 'r', 'w', 'm', "
-                    "or 'none'",
-                )
+            self.check_device_node(f"{where}.deviceNodes[{j}]", node)
         for j, mount in enumerate(edits.mounts):
-            f = f"{where}.mounts[{j}]"
-            if not mount.host_path:
-                self.error(f"{f}.hostPath", "mount hostPath is empty")
-            if not mount.container_path:
-                self.error(f"{f}.containerPath", "mount containerPath is empty")
-            elif not mount.container_path.startswith("/"):
-                self.warn(
-                    f"{f}.containerPath",
-                    f"mount containerPath {mount.container_path!r} is not absolute",
-                )
-            if mount.type:
-                self.needs("0.4.0", f"{f}.type", "a mount type")
+            self.check_mount(f"{where}.mounts[{j}]", mount)
         for j, hook in enumerate(edits.hooks):
-            f = f"{where}.hooks[{j}]"
-            if hook.hook_name not in HOOK_NAMES:
-                self.error(
-                    f"{f}.hookName",
-                    f"hook name {hook.hook_name!r} is not one of " + ", ".join(sorted(HOOK_NAMES)),
-                )
-            if not hook.path:
-                self.error(f"{f}.path", "hook path is empty")
-            elif not hook.path.startswith("/"):
-                self.warn(f"{f}.path", f"hook path {hook.path!r} is not absolute")
-            self.check_env(f"{f}.env", hook.env)
-            # The OCI runtime spec: "If set, timeout MUST be greater than zero."
-            if hook.timeout is not None and hook.timeout <= 0:
-                self.error(f"{f}.timeout", f"hook timeout {hook.timeout} must be greater than zero")
+            self.check_hook(f"{where}.hooks[{j}]", hook)
         if edits.intel_rdt is not None:
-            rdt = edits.intel_rdt
-            f = f"{where}.intelRdt"
-            self.needs("0.7.0", f, "intelRdt")
-            self.check_clos_id(f"{f}.closID", rdt.clos_id or "")
-            # version.go: requiresV110 asks Schemata != nil: present, even empty.
-            if rdt.schemata is not None:
-                self.needs("1.1.0", f"{f}.schemata", "intelRdt schemata")
-            if rdt.enable_monitoring:
-                self.needs("1.1.0", f"{f}.enableMonitoring", "intelRdt enableMonitoring")
+            self.check_intel_rdt(f"{where}.intelRdt", edits.intel_rdt)
         if edits.additional_gids:
             self.needs("0.7.0", f"{where}.additionalGids", "additionalGids")
         if edits.net_devices:
             self.needs("1.1.0", f"{where}.netDevices", "netDevices")
+        self.check_net_devices(where, edits.net_devices)
+
+    def check_device_node(self, f: str, node: DeviceNode) -> None:
+        if not node.path:
+            self.error(f"{f}.path", "device node path is empty")
+        elif not node.path.startswith("/"):
+            self.warn(f"{f}.path", f"device node path {node.path!r} is not absolute")
+        if node.host_path:
+            self.needs("0.5.0", f"{f}.hostPath", "a device node hostPath")
+        if node.type is not None and node.type not in DEVICE_NODE_TYPES:
+            self.error(
+                f"{f}.type",
+                f"device node type {node.type!r} is not one of 'b', 'c', 'u', 'p' or empty",
+            )
+        # SPEC.md: "'none' requests empty permissions" (the reference's
+        # NoPermissions, container-edits.go: DeviceNode.Validate).
+        perms = node.permissions
+        if perms and perms != "none" and set(perms) - set("rwm"):
+            self.error(
+                f"{f}.permissions",
+                f"permissions {perms[:200]!r} must be a combination of 'r', 'w', 'm', "
+                "or 'none'",
+            )
+
+    def check_mount(self, f: str, mount: Mount) -> None:
+        if not mount.host_path:
+            self.error(f"{f}.hostPath", "mount hostPath is empty")
+        if not mount.container_path:
+            self.error(f"{f}.containerPath", "mount containerPath is empty")
+        elif not mount.container_path.startswith("/"):
+            self.warn(
+                f"{f}.containerPath",
+                f"mount containerPath {mount.container_path!r} is not absolute",
+            )
+        if mount.type:
+            self.needs("0.4.0", f"{f}.type", "a mount type")
+
+    def check_hook(self, f: str, hook: Hook) -> None:
+        if hook.hook_name not in HOOK_NAMES:
+            self.error(
+                f"{f}.hookName",
+                f"hook name {hook.hook_name!r} is not one of " + ", ".join(sorted(HOOK_NAMES)),
+            )
+        if not hook.path:
+            self.error(f"{f}.path", "hook path is empty")
+        elif not hook.path.startswith("/"):
+            self.warn(f"{f}.path", f"hook path {hook.path!r} is not absolute")
+        self.check_env(f"{f}.env", hook.env)
+        # The OCI runtime spec: "If set, timeout MUST be greater than zero."
+        if hook.timeout is not None and hook.timeout <= 0:
+            self.error(f"{f}.timeout", f"hook timeout {hook.timeout} must be greater than zero")
+
+    def check_intel_rdt(self, f: str, rdt: IntelRdt) -> None:
+        self.needs("0.7.0", f, "intelRdt")
+        self.check_clos_id(f"{f}.closID", rdt.clos_id or "")
+        # version.go: requiresV110 asks Schemata != nil: present, even empty.
+        if rdt.schemata is not None:
+            self.needs("1.1.0", f"{f}.schemata", "intelRdt schemata")
+        if rdt.enable_monitoring:
+            self.needs("1.1.0", f"{f}.enableMonitoring", "intelRdt enableMonitoring")
+
+    def check_net_devices(self, where: str, net_devices: Sequence[NetDevice]) -> None:
         hosts: dict[str, int] = {}
         names: dict[str, int] = {}
-        for j, net in enumerate(edits.net_devices):
+        for j, net in enumerate(net_devices):
             f = f"{where}.netDevices[{j}]"
             if not net.host_interface_name:
                 self.error(f"{f}.hostInterfaceName", "net device hostInterfaceName is empty")

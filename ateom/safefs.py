@@ -65,6 +65,10 @@ def open_dir(path: str, *, beneath: str, create: bool = False,
     a symlink. With `create`, missing directories are made with `mode`.
     """
     parts = _relative_parts(path, beneath)
+    if create:
+        # The trusted directory is the operator's setting: made like any
+        # directory the daemon needs (its own symlinks followed, as configured).
+        os.makedirs(beneath, mode=mode, exist_ok=True)
     fd = os.open(beneath, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         for name in parts:

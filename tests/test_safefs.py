@@ -129,3 +129,12 @@ def test_open_append_refuses_symlinked_log(tmp_path: Path) -> None:
     os.write(fd, b"line\n")
     os.close(fd)
     assert (tmp_path / "logs" / "b.log").read_bytes() == b"line\n"
+
+
+def test_a_missing_trusted_root_is_made_when_parents_are(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"  # a daemon's --run-dir before anything made it
+    safefs.write_atomic(str(run_dir / "cdi" / "nvidia.json"), b"{}", beneath=str(run_dir),
+                        make_parents=True)
+    assert (run_dir / "cdi" / "nvidia.json").read_bytes() == b"{}"
+    with pytest.raises(FileNotFoundError):
+        safefs.write_atomic(str(tmp_path / "other" / "f"), b"x", beneath=str(tmp_path / "other"))

@@ -38,7 +38,7 @@ from ateom.gpuinfo.mps import MpsRefused, check_no_mps
 from ateom.gpuinfo.record import edits_digest as digest_of_edits
 from ateom.inject.injector import InjectionPlan, plan_injection, stage_links
 from ateom.inject.options import InjectOptions, gvisor_nvidia_options
-from ateom.settings import DRIVER_ROOT_ENV, TOOLKIT_DIR_ENV, NodeSettings
+from ateom.settings import NodeSettings
 
 log = structlog.get_logger("ateom.plan")
 
@@ -67,8 +67,7 @@ class CdiInjector:
 
     def options(self) -> InjectOptions:
         """The injector's options for this node (stats the toolkit dir for its hook)."""
-        return gvisor_nvidia_options({DRIVER_ROOT_ENV: self.node.driver_root,
-                                      TOOLKIT_DIR_ENV: self.node.toolkit_dir})
+        return gvisor_nvidia_options(self.node)
 
     def plan(self, bundle_dir: str, resolution: Resolution,
              config: BundleConfig) -> InjectionPlan:

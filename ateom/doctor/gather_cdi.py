@@ -191,18 +191,13 @@ def dry_run_injection(config: DoctorConfig, resolution: Resolution,
 
     Plans only: the scratch bundle is not modified (and is deleted by the caller).
     """
-    options = gvisor_nvidia_options(
-        {
-            "ATEOM_NVIDIA_TOOLKIT_DIR": config.toolkit_dir,
-            "ATEOM_NVIDIA_DRIVER_ROOT": config.driver_root,
-        }
-    )
+    options = gvisor_nvidia_options(config.node)
     bundle = write_scratch_bundle(scratch)
     try:
         plan = plan_injection(bundle, resolution, options)
     except AteomError as exc:
         return InjectionFact(error=str(exc))
-    env = tuple(json.loads(plan.config_after).get("process", {}).get("env", []))
+    env = tuple((plan.merged.get("process") or {}).get("env") or [])
     links = tuple((str(link.path), str(link.target)) for link in plan.symlinks)
     return InjectionFact(env=env, symlinks=links)
 

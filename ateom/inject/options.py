@@ -10,11 +10,9 @@ reproduces exactly what the daemon does.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from dataclasses import dataclass
 
-DEFAULT_TOOLKIT_DIR = "/opt/nvidia-toolkit"
-DEFAULT_DRIVER_ROOT = "/usr/local/nvidia"
+from ateom.settings import NodeSettings
 
 # Subcommands of nvidia-cdi-hook that are safe and useful under gVisor.
 # An allowlist, not a blocklist, because the generator's version is not ours to
@@ -60,18 +58,16 @@ def nvidia_hook_binary(toolkit_dir: str) -> str:
     return os.path.join(toolkit_dir, "nvidia-cdi-hook")
 
 
-def gvisor_nvidia_options(environ: Mapping[str, str] = os.environ) -> InjectOptions:
+def gvisor_nvidia_options(node: NodeSettings | None = None) -> InjectOptions:
     """The daemon's profile for NVIDIA GPUs under gVisor; stats the toolkit dir.
 
-    Toolkit dir from ``ATEOM_NVIDIA_TOOLKIT_DIR`` (default
-    ``/opt/nvidia-toolkit``), driver root from ``ATEOM_NVIDIA_DRIVER_ROOT``
-    (default ``/usr/local/nvidia``); library dir ``<driver root>/lib64``.
+    Hooks run from `node`'s toolkit dir; the library dir is the driver root's
+    ``lib64`` (default: the ``ATEOM_*`` settings, `NodeSettings.from_env`).
     """
-    toolkit_dir = environ.get("ATEOM_NVIDIA_TOOLKIT_DIR") or DEFAULT_TOOLKIT_DIR
-    driver_root = environ.get("ATEOM_NVIDIA_DRIVER_ROOT") or DEFAULT_DRIVER_ROOT
+    node = node or NodeSettings.from_env()
     return InjectOptions(
         allowed_hooks=NVIDIA_ALLOWED_HOOKS,
-        hook_binary=nvidia_hook_binary(toolkit_dir),
-        library_dirs=(os.path.join(driver_root, "lib64"),),
+        hook_binary=nvidia_hook_binary(node.toolkit_dir),
+        library_dirs=(node.driver_lib_dir,),
         drop_env=NVIDIA_DROP_ENV,
     )

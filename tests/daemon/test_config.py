@@ -61,8 +61,9 @@ def test_shared_settings_have_one_name_and_one_default() -> None:
                                                 "ATEOM_SPEC_DIRS": "/old",
                                                 "ATEOM_DRIVER_ROOT": "/old"})
     assert cfg.spec_dirs == settings.DEFAULT_SPEC_DIRS == registry.default_spec_dirs({})
-    assert cfg.driver_root == options.DEFAULT_DRIVER_ROOT == daemon_config.DEFAULT_DRIVER_ROOT
-    assert cfg.toolkit_dir == options.DEFAULT_TOOLKIT_DIR == daemon_config.DEFAULT_TOOLKIT_DIR
+    assert cfg.driver_root == settings.DEFAULT_DRIVER_ROOT == daemon_config.DEFAULT_DRIVER_ROOT
+    assert cfg.toolkit_dir == settings.DEFAULT_TOOLKIT_DIR == daemon_config.DEFAULT_TOOLKIT_DIR
+    assert options.gvisor_nvidia_options(cfg.node).library_dirs == ("/usr/local/nvidia/lib64",)
     cfg = daemon_config.from_args(
         _parse(["--driver-root", "/flag-drv", "--toolkit-dir", "/flag-tk"]), env)
     assert (cfg.driver_root, cfg.toolkit_dir) == ("/flag-drv", "/flag-tk")

@@ -32,6 +32,7 @@ from ateom.inject import (
     plan_injection,
 )
 from ateom.oci_config import ConfigError
+from ateom.settings import NodeSettings
 from ateom.testing import FakeLibrary, build_busybox_bundle, read_config
 
 from ._support import tree_snapshot
@@ -333,17 +334,19 @@ def test_injection_into_hostile_rootfs_writes_nothing_outside(
     assert all("not a bare file name" in skipped[str(p)] for p in odd_libs[:2])
 
 
-def test_gvisor_nvidia_options_profile(tmp_path: Path) -> None:
-    env = {"ATEOM_NVIDIA_TOOLKIT_DIR": str(tmp_path), "ATEOM_NVIDIA_DRIVER_ROOT": "/drv"}
-    opts = gvisor_nvidia_options(env)
+def test_gvisor_nvidia_options_profile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    node = NodeSettings(toolkit_dir=str(tmp_path), driver_root="/drv")
+    opts = gvisor_nvidia_options(node)
     assert opts.hook_binary == f"{tmp_path}/nvidia-cdi-hook"
     (tmp_path / "nvidia-cdi-hook.real").write_text("")
-    opts = gvisor_nvidia_options(env)
+    opts = gvisor_nvidia_options(node)
     assert opts.hook_binary == f"{tmp_path}/nvidia-cdi-hook.real"
     assert opts.allowed_hooks == {"create-symlinks", "enable-cuda-compat"}
     assert opts.library_dirs == ("/drv/lib64",)
     assert opts.drop_env == ("NVIDIA_VISIBLE_DEVICES",)
-    defaults = gvisor_nvidia_options({})
+    for name in ("ATEOM_NVIDIA_TOOLKIT_DIR", "ATEOM_NVIDIA_DRIVER_ROOT"):
+        monkeypatch.delenv(name, raising=False)
+    defaults = gvisor_nvidia_options()
     assert defaults.library_dirs == ("/usr/local/nvidia/lib64",)
     assert defaults.hook_binary is not None
     assert defaults.hook_binary.startswith("/opt/nvidia-toolkit/nvidia-cdi-hook")

@@ -137,7 +137,7 @@ def cgroup_rule(device: Mapping[str, Any], node: DeviceNode) -> dict[str, Any] |
         "type": "c" if dev_type == "u" else dev_type,
         "major": device["major"],
         "minor": device["minor"],
-        "access": node.permissions or "rwm",
+        "access": node.cgroup_access,  # "none" is empty access, not the word
     }
 
 

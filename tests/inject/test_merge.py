@@ -396,3 +396,17 @@ def test_cgroup_rules_already_in_the_config_are_not_added_again() -> None:
     rules = merge(config, ContainerEdits(device_nodes=nodes))["linux"]["resources"]["devices"]
     assert rules == [*config["linux"]["resources"]["devices"],
                      {"allow": True, "type": "c", "major": 195, "minor": 1, "access": "rwm"}]
+
+
+def test_permissions_none_is_empty_cgroup_access_not_the_word() -> None:
+    """CDI SPEC.md: "'none' requests empty permissions"; the OCI rule gets ""."""
+    from ateom.cdi.model import ContainerEdits, DeviceNode, EditStep, Resolution
+    from ateom.inject.merge import HostFacts, merge_edits
+    from ateom.inject.options import InjectOptions
+
+    node = DeviceNode("/dev/x", type="c", major=1, minor=3, permissions="none")
+    step = EditStep("vendor.com/c=x", "/spec.json", ContainerEdits(device_nodes=(node,)))
+    merged = merge_edits({"process": {}}, Resolution(("vendor.com/c=x",), (step,)),
+                         HostFacts(nodes={}), InjectOptions())
+    [rule] = merged.config["linux"]["resources"]["devices"]
+    assert rule["access"] == "" and rule["allow"] is True

@@ -38,13 +38,15 @@ _RECORD_SUFFIX = ".json"
 
 @dataclass(frozen=True, slots=True)
 class KeptOriginal:
-    """A crash record: the bundle and the config.json it had before ateom wrote it."""
+    """A crash record: the bundle and the config.json (and its mode) it had before
+    ateom wrote it."""
 
     bundle: str
     config: bytes
+    mode: int = 0o644
 
     def to_json(self) -> bytes:
-        return json.dumps({"bundle": self.bundle,
+        return json.dumps({"bundle": self.bundle, "mode": self.mode,
                            "config": base64.b64encode(self.config).decode()}).encode()
 
     @classmethod
@@ -53,7 +55,10 @@ class KeptOriginal:
         if not isinstance(record, dict) or not isinstance(record.get("bundle"), str) \
                 or not isinstance(record.get("config"), str):
             raise ValueError("not a kept-original record")
-        return cls(record["bundle"], base64.b64decode(record["config"], validate=True))
+        mode = record.get("mode", 0o644)
+        if not isinstance(mode, int) or isinstance(mode, bool) or not 0 <= mode <= 0o777:
+            raise ValueError("not a kept-original record: mode")
+        return cls(record["bundle"], base64.b64decode(record["config"], validate=True), mode)
 
 
 class BundleStore:
@@ -74,14 +79,15 @@ class BundleStore:
         config (writes files). Raises OSError or AteomError; the caller gives back
         every container it asked to apply, this one included."""
         safefs.write_atomic(os.path.join(self.records_dir(uid), c.name + _RECORD_SUFFIX),
-                            KeptOriginal(c.bundle, c.original).to_json(),
+                            KeptOriginal(c.bundle, c.original, c.mode).to_json(),
                             beneath=self.run_dir, mode=0o600, make_parents=True)
         if c.injection is not None:
             stage(c.injection)
-        self._write_config(c.bundle, c.prepared)
+        self._write_config(c.bundle, c.prepared, c.mode)
 
-    def _write_config(self, bundle: str, data: bytes) -> None:
-        safefs.write_atomic(os.path.join(bundle, CONFIG_NAME), data, beneath=self.actors_root)
+    def _write_config(self, bundle: str, data: bytes, mode: int) -> None:
+        safefs.write_atomic(os.path.join(bundle, CONFIG_NAME), data, beneath=self.actors_root,
+                            mode=mode)
 
     def give_back(self, uid: str, applied: Iterable[ContainerPlan]) -> bool:
         """Write back each bundle's original config.json, last applied first (writes
@@ -90,7 +96,7 @@ class BundleStore:
         ok = True
         for c in reversed(list(applied)):
             try:
-                self._write_config(c.bundle, c.original)
+                self._write_config(c.bundle, c.original, c.mode)
             except OSError as exc:
                 ok = False
                 log.warning("bundle_restore_failed", container=c.name, error=str(exc))
@@ -127,7 +133,7 @@ class BundleStore:
                 kept = KeptOriginal.from_json(raw)
                 # Only ever a bundle a request could have named.
                 check_path_on_disk("kept bundle", kept.bundle, self.actors_root)
-                self._write_config(kept.bundle, kept.config)
+                self._write_config(kept.bundle, kept.config, kept.mode)
             except (OSError, ValueError, binascii.Error, AteomError) as exc:
                 ok = False
                 log.warning("bundle_restore_failed", kept=name, error=str(exc))

@@ -89,6 +89,7 @@ class ContainerPlan:
     is_sandbox: bool
     # The devices' resolved edits, for the checkpoint record's digest.
     resolution: Resolution | None = field(default=None, compare=False, repr=False)
+    mode: int = 0o644  # config.json's permission bits, kept through ateom's version
 
     @property
     def edits_digest(self) -> str:
@@ -169,12 +170,12 @@ class _Context:
     tools: GpuTools
 
 
-def read_bundle_config(bundle: str, name: str, beneath: str) -> BundleConfig:
-    """config.json of `bundle`, read once and parsed (never through a symlink, never
-    a FIFO); errors name the container and the file."""
+def read_bundle_file(bundle: str, name: str, beneath: str) -> tuple[bytes, int]:
+    """config.json of `bundle` and its permission bits, read once (never through a
+    symlink, never a FIFO); errors name the container and the file."""
     path = os.path.join(bundle, CONFIG_NAME)
     try:
-        raw, _ = safefs.read_file(path, beneath=beneath)
+        return safefs.read_file(path, beneath=beneath)
     except FileNotFoundError:
         raise AteomError(
             f"container {name!r}: bundle {quote(bundle)} has no config.json (the node agent"
@@ -187,7 +188,12 @@ def read_bundle_config(bundle: str, name: str, beneath: str) -> BundleConfig:
                              code=ErrorCode.INVALID_ARGUMENT) from None
         raise AteomError(f"{quote(path)}: cannot read: {exc.strerror}",
                          code=ErrorCode.FAILED_PRECONDITION) from None
-    return raw, bundles.parse_config(raw, path)
+
+
+def read_bundle_config(bundle: str, name: str, beneath: str) -> BundleConfig:
+    """config.json of `bundle`, read once and parsed (see `read_bundle_file`)."""
+    raw, _ = read_bundle_file(bundle, name, beneath)
+    return raw, bundles.parse_config(raw, os.path.join(bundle, CONFIG_NAME))
 
 
 class SandboxPlanner:
@@ -230,7 +236,8 @@ class SandboxPlanner:
         # Named plainly here; the read below refuses any symlink again, in case
         # the bundle changes in between.
         validation.check_path_on_disk(f"container {name!r}: bundle", bundle, self.actors_root)
-        original, parsed = read_bundle_config(bundle, name, self.actors_root)
+        original, mode = read_bundle_file(bundle, name, self.actors_root)
+        parsed = bundles.parse_config(original, config_path)
         bundles.refuse_foreign_hooks(parsed, config_path)
         confine.check_bundle_config(bundle, parsed, config_path, ctx.actor_dirs)
         names = self._choose(ctx, name, request)
@@ -252,7 +259,7 @@ class SandboxPlanner:
                         annotations=list(prepared.removed_annotations))
         return ContainerPlan(name, ctx.root_id if request is None else name, bundle, original,
                              bundles.dump_config(prepared.config, config_path), names, injection,
-                             request is None, resolution)
+                             request is None, resolution, mode)
 
     @staticmethod
     def _choose(ctx: _Context, name: str, request: ContainerRequest | None) -> tuple[str, ...]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -45,6 +46,18 @@ def test_apply_keeps_the_original_then_writes_the_plan(store: BundleStore) -> No
                                                                        b'{"orig":1}')
     assert record.stat().st_mode & 0o777 == 0o600
     assert store.uids_with_records() == ["a"]
+
+
+def test_the_bundles_config_mode_is_kept_through_ateoms_version_and_back(
+        store: BundleStore) -> None:
+    bundle = _bundle(store, "a", "app", b'{"orig":1}')
+    os.chmod(bundle / "config.json", 0o600)
+    plan = dataclasses.replace(_plan(bundle, "app", b'{"orig":1}', b'{"ateom":1}'), mode=0o600)
+    store.apply("a", plan, _no_stage)
+    assert (bundle / "config.json").stat().st_mode & 0o777 == 0o600
+    assert BundleStore(store.actors_root, store.run_dir).give_back_kept("a")  # a crash
+    assert (bundle / "config.json").read_bytes() == b'{"orig":1}'
+    assert (bundle / "config.json").stat().st_mode & 0o777 == 0o600
 
 
 def test_give_back_writes_originals_and_drops_records(store: BundleStore) -> None:

@@ -91,9 +91,12 @@ class InjectionError(AteomError):
 QUOTE_LIMIT = 200
 
 
-def bounded(value: str, limit: int = QUOTE_LIMIT) -> str:
-    """`value`, cut to `limit` characters with a trailing '…' when longer (pure)."""
-    return value if len(value) <= limit else value[:limit] + "…"
+def bounded(value: str, limit: int = QUOTE_LIMIT, *, say_length: bool = False) -> str:
+    """`value`, cut to `limit` characters with a trailing '…' when longer, and with
+    `say_length` its length after that: ``abc… (1048576 chars)`` (pure)."""
+    if len(value) <= limit:
+        return value
+    return value[:limit] + "…" + (f" ({len(value)} chars)" if say_length else "")
 
 
 def quote(value: object, limit: int = QUOTE_LIMIT) -> str:

@@ -15,11 +15,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from ateom.errors import AteomError, ErrorCode
-
-# Longest piece of the input an error message echoes (a key name, say): enough
-# to recognize it, never so much that a message (a gRPC trailer) outgrows its limit.
-_QUOTE_LIMIT = 200
+from ateom.errors import AteomError, ErrorCode, bounded
 
 
 class ConfigError(AteomError):
@@ -121,13 +117,6 @@ def _tree(shapes: tuple[tuple[str, str], ...]) -> _Tree:
 _SHAPE_TREE = _tree(SHAPES)
 
 
-def _cut(text: str) -> str:
-    """`text` as an error message may echo it: at most ~200 characters."""
-    if len(text) <= _QUOTE_LIMIT:
-        return text
-    return f"{text[:_QUOTE_LIMIT]}… ({len(text)} chars)"
-
-
 def _json_kind(value: Any) -> str:
     """What a decoded JSON value is, in JSON's words ("a string", "null")."""
     if value is None:
@@ -186,8 +175,8 @@ def check_shape(config: dict[str, Any], path: str) -> None:
     wrong = _first_wrong(config, _SHAPE_TREE)
     if wrong is not None:
         field, value, kind = wrong
-        raise ConfigError(f"{path}: {_cut(_field_name(field))}: is {_json_kind(value)}, "
-                          f"not {kind}")
+        name = bounded(_field_name(field), say_length=True)
+        raise ConfigError(f"{path}: {name}: is {_json_kind(value)}, not {kind}")
     for i, entry in enumerate(_env(config)):
         if "\0" in entry:
             raise ConfigError(f"{path}: process.env[{i}]: contains a NUL byte")
@@ -220,7 +209,7 @@ def parse_config(raw: bytes, path: str) -> dict[str, Any]:
     except RecursionError:
         raise ConfigError(f"{path}: not valid JSON: nested too deeply") from None
     except ValueError as e:
-        raise ConfigError(f"{path}: not valid JSON: {_cut(str(e))}") from None
+        raise ConfigError(f"{path}: not valid JSON: {bounded(str(e), say_length=True)}") from None
     if not isinstance(config, dict):
         raise ConfigError(f"{path}: top level is {_json_kind(config)}, not an object")
     check_shape(config, path)

@@ -49,6 +49,13 @@ class RunscInfo:
         return self.supports("nvproxy")
 
     @property
+    def restores_subcontainers(self) -> bool:
+        """Whether `runsc restore` restores a multi-container sandbox. No flag names
+        it; `restore -direct` came in the same release (20240501), so its presence
+        tells. Debian's 2022 build restores only a sandbox's root container."""
+        return self.supports("restore:direct")
+
+    @property
     def restore_needs_create(self) -> bool:
         # Every runsc probed so far (Debian's 2022 build, and 2024+ builds with
         # restore -background) creates the container inside `restore`; a

@@ -114,6 +114,12 @@ class AteomService:
             validation.check_restore(req, root, pause=pause)
         info = self.probe(self._allowed_runsc(req.runsc_path))
         validation.check_dirs_on_disk(req.dirs, root)
+        if isinstance(req, RestoreRequest) and req.containers and not info.restores_subcontainers:
+            raise AteomError(
+                f"runsc {info.path} ({info.version}) restores only a sandbox's root container,"
+                f" and actor {req.actor.actor_uid} has {len(req.containers)} app container(s):"
+                " restoring it needs a runsc with multi-container restore (release-20240501.0"
+                " or newer)", code=ErrorCode.FAILED_PRECONDITION)
         return info
 
     def _admit_and_host(self, req: RunRequest | RestoreRequest, op: Op, info: RunscInfo,

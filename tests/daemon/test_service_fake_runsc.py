@@ -374,7 +374,7 @@ def test_restore_argv_follows_the_probed_runsc(make_world, newer: bool) -> None:
 
 def test_restore_of_a_gpu_actor_re_injects_and_passes_nvproxy_to_the_sandbox_only(  # type: ignore[no-untyped-def]
         make_world) -> None:
-    w = make_world(fake_kw={"global_flags": ["nvproxy"]})
+    w = make_world(fake_kw={"global_flags": ["nvproxy"], "restore_flags": ["direct"]})
     bundles = w.bundles("rg", "app")
     original = (bundles / "app" / "config.json").read_bytes()
     dirs = w.dirs("rg")
@@ -403,8 +403,25 @@ def test_restore_consumes_restore_dir_unless_preserved(make_world) -> None:  # t
     assert not Path(dirs.restore_dir).exists()
 
 
+def test_a_multi_container_restore_on_a_runsc_that_cannot_is_refused_up_front(  # type: ignore[no-untyped-def]
+        make_world) -> None:
+    w = make_world()  # no restore -direct: a runsc before multi-container restore
+    w.bundles("r4", "app")
+    dirs = w.dirs("r4")
+    os.makedirs(dirs.restore_dir)
+    Path(dirs.restore_dir, "checkpoint.img").write_text("img")
+    with pytest.raises(AteomError) as err:
+        w.service.restore_workload(RestoreRequest(
+            actor=ActorRef("r4"), dirs=dirs,
+            containers=(ContainerRequest("app", devices=NO_DEVICES),)))
+    assert err.value.code is ErrorCode.FAILED_PRECONDITION
+    assert "multi-container restore" in str(err.value)
+    assert w.fake.commands() == []  # not a single runsc call
+    assert w.service.actors.get("r4") is None and Path(dirs.restore_dir).is_dir()
+
+
 def test_failed_subcontainer_restore_is_cleaned_up(make_world) -> None:  # type: ignore[no-untyped-def]
-    w = make_world()
+    w = make_world(fake_kw={"restore_flags": ["direct"]})
     w.bundles("r3", "app")
     dirs = w.dirs("r3")
     os.makedirs(dirs.restore_dir)

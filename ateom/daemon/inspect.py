@@ -83,6 +83,7 @@ def doctor_config(config: DaemonConfig, spec_dirs: Sequence[str]) -> DoctorConfi
         cuda_checkpoint=config.cuda_checkpoint,
         gpu_placement=config.gpu_placement,
         max_actors=config.max_actors,
+        proc_root=config.proc_root,
     )
 
 

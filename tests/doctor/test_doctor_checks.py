@@ -300,7 +300,7 @@ def test_doctor_config_for_daemon_is_what_serve_resolved() -> None:
         "/flag-drv", "/env-tk", ("/env-a", "/env-b"))
     assert (cfg.gpu_glob, cfg.runsc, cfg.nvproxy_driver_version) == (
         "/g/nvidia[0-9]*", "/bin/rs", "550.54.15")
-    assert cfg.proc_root == served.proc_root  # the inventory the daemon gathers
+    assert cfg.proc_root == "/fx/proc"  # the GPU inventory where the daemon gathers it
     assert cfg.devices == ("nvidia.com/gpu=all",)
     assert (cfg.gpu_placement, cfg.cuda_checkpoint, cfg.max_actors) == (
         "exclusive", "/cc/cuda-checkpoint", 3)

@@ -293,7 +293,8 @@ def test_doctor_config_for_daemon_is_what_serve_resolved() -> None:
     served = daemon_config.from_args(parser.parse_args(
         ["--driver-root", "/flag-drv", "--gpu-glob", "/g/nvidia[0-9]*", "--runsc", "/bin/rs",
          "--nvproxy-driver-version", "550.54.15", "--gpu-placement", "exclusive",
-         "--cuda-checkpoint", "/cc/cuda-checkpoint", "--max-actors", "3"]), env)
+         "--cuda-checkpoint", "/cc/cuda-checkpoint", "--max-actors", "3",
+         "--proc-root", "/fx/proc"]), env)
     cfg = doctor_config(served, served.spec_dirs)
     # Flags beat env in the daemon, so they do in its doctor too.
     assert (cfg.driver_root, cfg.toolkit_dir, cfg.spec_dirs) == (

@@ -30,6 +30,7 @@ from ateom.cdi.go_scalars import (
     go_yaml_number,
     is_go_timestamp,
 )
+from ateom.errors import quote
 
 MERGE_TAG = "tag:yaml.org,2002:merge"
 
@@ -38,10 +39,6 @@ _Pairs = list[tuple[str, yaml.Node, yaml.Node]]
 
 def _fail(problem: str, node: yaml.Node) -> yaml.constructor.ConstructorError:
     return yaml.constructor.ConstructorError(None, None, problem, node.start_mark)
-
-
-def _quote(text: str) -> str:
-    return repr(text if len(text) <= 200 else text[:200] + "...")
 
 
 # -- mappings: keys, duplicates, merges ------------------------------------------
@@ -118,12 +115,12 @@ def _set_twice(key: str, earlier: yaml.Node, later: yaml.Node) -> Exception:
     merge = earlier if is_merge(earlier) else later if is_merge(later) else None
     if merge is not None:
         return _fail(
-            f"key {_quote(key)} already set in map (by the merge key '<<' at line "
+            f"key {quote(key)} already set in map (by the merge key '<<' at line "
             f"{merge.start_mark.line + 1}; a merged key cannot be set again)",
             later,
         )
     line = earlier.start_mark.line + 1
-    return _fail(f"duplicate key {_quote(key)} (first defined at line {line})", later)
+    return _fail(f"duplicate key {quote(key)} (first defined at line {line})", later)
 
 
 def _key(loader: yaml.SafeLoader, node: yaml.Node) -> str:

@@ -44,7 +44,8 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from ateom.gpuinfo.inventory import driver_major, quote
+from ateom.errors import quote
+from ateom.gpuinfo.inventory import driver_major
 from ateom.gpuinfo.runner import NOT_RUN, TIMED_OUT, Runner, subprocess_runner
 
 TOOL = "cuda-checkpoint"

@@ -29,7 +29,7 @@ import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
-from ateom.errors import AteomError, ErrorCode
+from ateom.errors import AteomError, ErrorCode, quote
 
 # The exact nvidia-smi query ateom runs. pci.sub_device_id (the board maker's
 # subsystem id) is left out: runsc's remap and ateom's checks compare the
@@ -38,7 +38,6 @@ SMI_FIELDS = ("index", "uuid", "name", "pci.bus_id", "pci.device_id", "memory.to
               "driver_version")
 SMI_ARGS = (f"--query-gpu={','.join(SMI_FIELDS)}", "--format=csv,noheader,nounits")
 
-_QUOTE = 200  # at most this much of any input goes into a message
 
 
 class GpuInfoError(AteomError):
@@ -50,11 +49,6 @@ class GpuInfoError(AteomError):
         self.source = source
         self.reason = reason
         super().__init__(f"{source}: {reason}")
-
-
-def quote(text: str) -> str:
-    """`text` as repr, cut to ~200 characters (pure)."""
-    return repr(text[:_QUOTE] + ("..." if len(text) > _QUOTE else ""))
 
 
 @dataclass(frozen=True, slots=True)

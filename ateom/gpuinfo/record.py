@@ -35,8 +35,8 @@ from typing import Any, TypeVar
 
 from ateom import __version__ as ATEOM_VERSION
 from ateom.cdi.model import Resolution
-from ateom.errors import AteomError, ErrorCode
-from ateom.gpuinfo.inventory import GpuFacts, quote
+from ateom.errors import AteomError, ErrorCode, quote
+from ateom.gpuinfo.inventory import GpuFacts
 from ateom.safefs import read_file, write_atomic
 
 RECORD_FILE = "ateom-compat.json"

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ateom.cdi.model import DeviceNode, EditStep, Hook, IntelRdt, Mount
-from ateom.errors import InjectionError
+from ateom.errors import InjectionError, bounded
 from ateom.inject.options import InjectOptions
 
 LD_LIBRARY_PATH = "LD_LIBRARY_PATH"
@@ -57,15 +57,9 @@ def node_needs_stat(node: DeviceNode) -> bool:
     return not (node.type and (node.major or node.type == "p"))
 
 
-# Longest piece of a spec an error message echoes: enough to recognize it.
-_QUOTE_LIMIT = 200
-
-
 def cut(text: str) -> str:
-    """`text` as an error message may echo it: at most ~200 characters."""
-    if len(text) <= _QUOTE_LIMIT:
-        return text
-    return f"{text[:_QUOTE_LIMIT]}… ({len(text)} chars)"
+    """`text` as an error message may echo it (`ateom.errors.bounded`, length said)."""
+    return bounded(text, say_length=True)
 
 
 def _where(step: EditStep) -> str:

@@ -14,7 +14,7 @@ The lifecycle calls (`ateom.daemon.service`) ask here at fixed points:
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import structlog
@@ -31,26 +31,10 @@ from ateom.errors import AteomError, ErrorCode
 from ateom.gpuinfo.gather import find_nvidia_smi, gather_worker_gpus
 from ateom.gpuinfo.inventory import WorkerGpus
 from ateom.gpuinfo.record import CompatRecord
-from ateom.gpuinfo.runner import NOT_RUN, TIMED_OUT, Runner
+from ateom.gpuinfo.runner import reaper_runner
 from ateom.settings import NodeSettings
 
 log = structlog.get_logger("ateom.gpu_actors")
-
-
-def reaper_runner(reaper: Reaper) -> Runner:
-    """A GPU-tool runner over the daemon's reaper (the one waiter on its children)."""
-
-    def run(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
-            timeout: float = 60.0) -> tuple[int, str]:
-        try:
-            done = reaper.run_capture(argv, env=env, timeout=timeout)
-        except OSError as exc:
-            return NOT_RUN, f"{argv[0]}: {exc.strerror or exc}"
-        if done.timed_out:
-            return TIMED_OUT, f"{argv[0]}: timed out after {timeout:g}s"
-        return done.returncode, done.output
-
-    return run
 
 
 @dataclass(frozen=True, slots=True)

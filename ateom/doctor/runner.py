@@ -11,24 +11,9 @@ reaper (`reaper_runner`), or its waitpid would race the reaper's.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
-from ateom.gpuinfo.runner import NOT_RUN, TIMED_OUT, subprocess_runner
+from ateom.gpuinfo.runner import NOT_RUN, TIMED_OUT, reaper_runner, subprocess_runner
 from ateom.gpuinfo.runner import Runner as CommandRunner
-
-
-def reaper_runner(reaper: Any) -> CommandRunner:
-    """A runner over the daemon's `Reaper.run_capture` (for the Doctor RPC)."""
-
-    def run(
-        argv: Sequence[str], *, env: Mapping[str, str] | None = None, timeout: float = 60.0
-    ) -> tuple[int, str]:
-        done = reaper.run_capture(argv, env=env, timeout=timeout)
-        if getattr(done, "timed_out", False):
-            return TIMED_OUT, f"{argv[0]}: timed out after {timeout:g}s"
-        return int(done.returncode), str(done.output)
-
-    return run
 
 
 def give_up_after_a_timeout(run: CommandRunner, limit: float) -> CommandRunner:

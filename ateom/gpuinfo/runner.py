@@ -14,7 +14,7 @@ import os
 import signal
 import subprocess
 from collections.abc import Mapping, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 # What a runner answers for a command it gave up on (as timeout(1) does) and
 # for one it could not start (as a shell does).
@@ -64,3 +64,21 @@ def _kill_group(proc: subprocess.Popen[str]) -> None:
     except ProcessLookupError:
         pass
     proc.wait()
+
+
+def reaper_runner(reaper: Any) -> Runner:
+    """A runner over a `Reaper.run_capture` (the daemon's, whose waitpid must be
+    the only one on its children): its timeout is 124, a command it could not
+    start 127, as `subprocess_runner`'s."""
+
+    def run(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
+            timeout: float = 60.0) -> tuple[int, str]:
+        try:
+            done = reaper.run_capture(argv, env=env, timeout=timeout)
+        except OSError as exc:
+            return NOT_RUN, f"{argv[0]}: {exc.strerror or exc}"
+        if done.timed_out:
+            return TIMED_OUT, f"{argv[0]}: timed out after {timeout:g}s"
+        return int(done.returncode), str(done.output)
+
+    return run

@@ -95,9 +95,9 @@ def place(record: CompatRecord, pool: GpuPool, uid: str, info: RunscInfo,
     (counted); a GPU taken meanwhile is the placer's RESOURCE_EXHAUSTED."""
     build = runsc_build(info)
     snapshot = pool.snapshot()
-    room = [h.index for h in snapshot.with_room()] if snapshot is not None else None
+    room = {h.index for h in snapshot.with_room()} if snapshot is not None else None
     worker = pool.worker()
-    free = None if room is None else [g for g in worker.gpus if g.index in set(room)]
+    free = None if room is None else [g for g in worker.gpus if g.index in room]
     verdict = check_restore(record, worker, runsc_version=build,
                             runsc_supports_remap=bool(runsc_remaps_gpus(build)), free=free,
                             nvproxy_capabilities=nvproxy_capabilities)

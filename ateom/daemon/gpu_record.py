@@ -28,7 +28,12 @@ import structlog
 from ateom.daemon import events
 from ateom.daemon.devices import GPU_KIND
 from ateom.daemon.gpu_pool import GpuPool, gpu_index
-from ateom.daemon.placement import GpuRequest
+from ateom.daemon.placement import (
+    GpuRequest,
+    PlacementRefused,
+    PlacementSnapshot,
+    RefusalReason,
+)
 from ateom.daemon.plan import SandboxPlan
 from ateom.daemon.runsc_probe import RunscInfo
 from ateom.daemon.sandbox import Sandbox
@@ -80,6 +85,13 @@ def read(image_dir: str, *, beneath: str) -> CompatRecord | None:
     return parsed.record
 
 
+def _holders(snapshot: PlacementSnapshot | None, most: int = 8) -> str:
+    held = [f"{h.gpu.name} held by {'+'.join(h.holders)}"
+            for h in (snapshot.gpus if snapshot else ()) if h.holders]
+    more = f"; and {len(held) - most} more" if len(held) > most else ""
+    return "; ".join(held[:most]) + more
+
+
 def _renamed(name: str, index_map: dict[int, int]) -> str:
     index = gpu_index(name)
     if index is None or index not in index_map:
@@ -98,10 +110,19 @@ def place(record: CompatRecord, pool: GpuPool, uid: str, info: RunscInfo,
     room = {h.index for h in snapshot.with_room()} if snapshot is not None else None
     worker = pool.worker()
     free = None if room is None else [g for g in worker.gpus if g.index in room]
-    verdict = check_restore(record, worker, runsc_version=build,
-                            runsc_supports_remap=bool(runsc_remaps_gpus(build)), free=free,
-                            nvproxy_capabilities=nvproxy_capabilities)
+    remap = bool(runsc_remaps_gpus(build))
+    verdict = check_restore(record, worker, runsc_version=build, runsc_supports_remap=remap,
+                            free=free, nvproxy_capabilities=nvproxy_capabilities)
     if not verdict.ok:
+        if free is not None and check_restore(
+                record, worker, runsc_version=build, runsc_supports_remap=remap,
+                nvproxy_capabilities=nvproxy_capabilities).ok:
+            # This worker fits the checkpoint; other actors hold the GPUs it
+            # needs: waiting helps, so the placer's code and wording, not a refusal.
+            events.refused("placement", RefusalReason.TOO_FEW_FREE.value)
+            raise PlacementRefused(uid, RefusalReason.TOO_FEW_FREE, (
+                f"its checkpoint needs {len(record.gpus)} GPU(s) like those it was saved on"
+                f" and they are held: {_holders(snapshot)}"))
         events.refused("restore", verdict.refusals[0].field)
         raise verdict.error()
     for warning in verdict.warnings:

@@ -301,6 +301,24 @@ def test_restore_without_remap_needs_the_same_gpus(tmp_path: Path) -> None:
     assert w.service.actors.get("g") is None
 
 
+def test_a_restore_whose_gpus_are_held_waits_its_turn(tmp_path: Path,
+                                                     refusals: list[tuple[str, str]]) -> None:
+    """The worker fits the checkpoint, but other actors hold the GPUs it needs:
+    RESOURCE_EXHAUSTED naming them (waiting helps), not a refusal of the record."""
+    w = GpuWorld(tmp_path)
+    _checkpointed(w, "g", 2)
+    for uid in ("x", "y", "z"):
+        w.service.run_workload(w.run(uid, GpuWish(count=1)))
+    with pytest.raises(AteomError) as err:
+        _restore(w, "g")
+    assert err.value.code is ErrorCode.RESOURCE_EXHAUSTED
+    assert "held by x" in str(err.value) and "held by z" in str(err.value)
+    assert refusals == [("placement", "too_few_free")]
+    w.service.terminate_workload(TerminateRequest(actor=ActorRef("y")))
+    _restore(w, "g")  # its turn now
+    assert len([n for n, h in w.holders().items() if h == ("g",)]) == 2
+
+
 @pytest.mark.parametrize(("field", "change"), [
     ("driver_version", lambda r: {**r, "driver_version": "575.1.1"}),
     ("runsc", lambda r: {**r, "runsc": {"version": "release-20260817.0", "commit": ""}}),
@@ -409,7 +427,7 @@ def test_many_concurrent_run_checkpoint_restore_cycles_never_share_a_gpu(tmp_pat
     watcher.join(10)
     assert not violations, violations[:5]
     results = [r for rs in outcomes.values() for r in rs]
-    assert set(results) <= {"ok", "RESOURCE_EXHAUSTED"} and results.count("ok") >= 8
+    assert set(results) <= {"ok", "RESOURCE_EXHAUSTED"} and results.count("ok") >= 8  # waits
     snapshot = w.service.placement_snapshot()
     assert snapshot is not None and all(not h.holders for h in snapshot.gpus)
     assert not w.service.actors.snapshot()

@@ -64,7 +64,7 @@ from ateom.daemon.reaper import Reaper
 from ateom.daemon.runsc import RunscTarget, create_argv, start_argv
 from ateom.daemon.runsc_probe import probe_runsc
 from ateom.daemon.sandbox import kill_sandbox_processes
-from ateom.testing import build_busybox_bundle, build_fake_driver_libs, write_sim_gpu_spec
+from tests.support import build_busybox_bundle, build_fake_driver_libs, write_sim_gpu_spec
 
 RUNSC = shutil.which("runsc") or "/usr/bin/runsc"
 FLAGS = ["--network=none", "--ignore-cgroups"]

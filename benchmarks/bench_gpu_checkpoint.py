@@ -42,7 +42,7 @@ from ateom.daemon.requests import (
     RunRequest,
 )
 from ateom.daemon.service import AteomService
-from ateom.testing import (
+from tests.support import (
     build_busybox_bundle,
     build_fake_driver_libs,
     install_cuda_checkpoint_stub,
@@ -50,7 +50,7 @@ from ateom.testing import (
     sim_gpus,
     write_sim_gpu_spec,
 )
-from ateom.testing.gpu_node import SimGpu, write_gpu_node, write_sim_fixture
+from tests.support.gpu_node import SimGpu, write_gpu_node, write_sim_fixture
 
 DRIVER = "580.65.06"
 

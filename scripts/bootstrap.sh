@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Install everything ateom, its demo and its tests need, on a fresh Debian/Ubuntu machine
-# (as root): apt packages, then a project virtualenv (.venv) with ateom in editable mode.
+# (as root): apt packages, a project virtualenv (.venv) with ateom in editable mode, then
+# a runsc of 0.0~20240729 or newer (scripts/install_runsc.sh: Debian 13's package, or on
+# Debian 12 the bookworm-backports one, fetched without touching the system's apt sources).
 #
 # A virtualenv, not the system python's site-packages: stock Debian 12/13 and Ubuntu 24.04
 # mark their python3 "externally managed" (PEP 668) and refuse `pip install`. Every
@@ -13,7 +15,7 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 VENV=${ATEOM_VENV:-.venv}
 
-APT_PACKAGES=(runsc runc busybox-static gcc libc6-dev procps)
+APT_PACKAGES=(runc busybox-static gcc libc6-dev procps)
 if ! command -v "$PYTHON" >/dev/null 2>&1; then
     PYTHON=python3
     APT_PACKAGES+=(python3 python3-venv)
@@ -43,3 +45,4 @@ if ! "$VENV/bin/python" -c 'import sys; sys.exit(sys.prefix == sys.base_prefix)'
     "$PYTHON" -m venv "$VENV"
 fi
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e '.[test]'
+bash scripts/install_runsc.sh

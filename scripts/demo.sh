@@ -64,9 +64,9 @@ step "fixtures in $DEMO: simulated GPU nodes, fake driver libraries (real ELF), 
 "$PYTHON" - "$DEMO" <<'PY'
 import sys
 from pathlib import Path
-from ateom.testing import (build_busybox_bundle, build_fake_driver_libs, write_sim_gpu_spec,
+from tests.support import (build_busybox_bundle, build_fake_driver_libs, write_sim_gpu_spec,
                            install_cuda_checkpoint_stub)
-from ateom.testing.gpu_node import SimGpu, write_gpu_node, write_sim_fixture
+from tests.support.gpu_node import SimGpu, write_gpu_node, write_sim_fixture
 base = Path(sys.argv[1])
 libs = build_fake_driver_libs(base / "driver" / "lib64")  # libcuda.so.580.65.06, ...
 for name, gpus, driver in (("node2", 2, "580.65.06"), ("node2-newdriver", 2, "590.44.01"),
@@ -102,7 +102,7 @@ build_busybox_bundle(base / "actors" / "counter" / "bundles" / "_pause", ["sh", 
 PY
 
 # Debian's runsc (2022) has no --nvproxy and no --cuda-checkpoint-path. The demo runs an
-# emulated gVisor release in front of it (ateom.testing.runsc_emu, as the e2e tests do):
+# emulated gVisor release in front of it (tests.support.runsc_emu, as the e2e tests do):
 # it answers as that release (--version, flags, help), applies its GPU rules, runs
 # cuda-checkpoint inside the sandbox through the real runsc (runsc exec), runs the real
 # runsc without the flags Debian lacks, and records each call.
@@ -114,7 +114,7 @@ RELEASES_DIR=${ATEOM_RUNSC_RELEASES_DIR:-../shared/runsc}
          "(or set ATEOM_RUNSC_RELEASES_DIR)" >&2; exit 1; }
 "$PYTHON" - "$DEMO" "$RUNSC_RELEASE" "$(command -v runsc)" <<'PY'
 import sys
-from ateom.testing import install_runsc, sim_gpus
+from tests.support import install_runsc, sim_gpus
 emu = install_runsc(sys.argv[2], sys.argv[1] + "/bin", real_runsc=sys.argv[3], gpus=sim_gpus(2))
 print(f"runsc {emu.tag} emulated at {emu.path}, calls recorded in {emu.record_path}")
 PY

@@ -9,7 +9,7 @@
 - `cuda_checkpoint`: find and probe NVIDIA's cuda-checkpoint and judge the driver.
 
 Pure cores, thin gatherers: every judgement is a function over facts, so it
-is tested without a GPU; `ateom.testing.gpu_node` simulates a GPU node for
+is tested without a GPU; `tests.support.gpu_node` simulates a GPU node for
 the gatherers.
 """
 

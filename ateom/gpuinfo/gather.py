@@ -1,7 +1,7 @@
 """Gather this worker's GPU facts (shell: globs /dev, reads /proc, runs nvidia-smi).
 
 Every root is a parameter, so tests and the simulated node
-(`ateom.testing.gpu_node`) point it at a fixture tree and a stand-in
+(`tests.support.gpu_node`) point it at a fixture tree and a stand-in
 nvidia-smi. Nothing here raises for a missing or broken source: each failure
 becomes a line in `WorkerGpus.problems`, and the facts that remain are still
 returned, because the doctor must show what it could learn and the daemon

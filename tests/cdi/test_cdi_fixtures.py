@@ -1,4 +1,4 @@
-"""The bundled fixtures in cdi_specs/ and real generator output from ../shared."""
+"""The bundled fixtures in cdi_specs/ and real generator output (tests/fixtures/cdi, see its PROVENANCE.md)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from ateom.errors import SpecError
 REPO = Path(__file__).resolve().parents[2]
 VALID = REPO / "cdi_specs" / "valid"
 INVALID = REPO / "cdi_specs" / "invalid"
-SHARED_CDI = REPO.parent / "shared" / "fixtures" / "cdi"
+GENERATED_CDI = REPO / "tests" / "fixtures" / "cdi"
 
 INVALID_SPECS = sorted(p for p in INVALID.iterdir() if p.suffix in (".json", ".yaml", ".yml"))
 VALID_SPECS = sorted(p for p in VALID.iterdir() if p.suffix in (".json", ".yaml", ".yml"))
@@ -110,9 +110,8 @@ def test_edge_fixtures_read_as_the_reference_reads_them() -> None:
     assert json_spec.devices[0].container_edits.env == ("EDGE_PATH=/opt/edge",)
 
 
-@pytest.mark.skipif(not SHARED_CDI.is_dir(), reason="../shared/fixtures/cdi not present")
 def test_real_nvidia_ctk_generate_output() -> None:
-    loaded = load_spec(SHARED_CDI / "nvidia-ctk-generate-default.yaml")
+    loaded = load_spec(GENERATED_CDI / "nvidia-ctk-generate-default.yaml")
     assert loaded.warnings == ()
     spec = loaded.spec
     assert spec.version == "0.5.0"

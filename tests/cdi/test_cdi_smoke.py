@@ -1,4 +1,4 @@
-"""End-to-end smoke test of the CDI layer on the benchmark-shaped shared fixture."""
+"""End-to-end smoke test of the CDI layer on the benchmark-shaped fixture."""
 
 from __future__ import annotations
 
@@ -10,11 +10,10 @@ from ateom.cdi.registry import Registry
 from ateom.cdi.spec_file import load_spec
 from ateom.errors import ResolutionError
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared"
-NVIDIA_CTK_YAML = SHARED / "fixtures" / "cdi" / "nvidia-ctk-generate-default.yaml"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+NVIDIA_CTK_YAML = FIXTURES / "cdi" / "nvidia-ctk-generate-default.yaml"
 
 
-@pytest.mark.skipif(not NVIDIA_CTK_YAML.exists(), reason="../shared fixtures not present")
 def test_real_nvidia_ctk_output_loads_and_resolves() -> None:
     loaded = load_spec(NVIDIA_CTK_YAML)
     assert loaded.spec.kind == "example.com/device"

@@ -19,7 +19,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from ateom._proto import ateom_pb2 as pb
 from ateom._proto import ateom_pb2_grpc as pb_grpc
-from ateom.testing import (
+from tests.support import (
     DEFAULT_DRIVER_VERSION,
     EmulatedRunsc,
     build_busybox_bundle,
@@ -28,16 +28,16 @@ from ateom.testing import (
     sim_gpus,
     write_sim_gpu_spec,
 )
-from ateom.testing.cuda_checkpoint_stub import install_cuda_checkpoint_stub
-from ateom.testing.gpu_node import SimGpu, write_gpu_node, write_sim_fixture
-from ateom.testing.runsc_release import load_release
+from tests.support.cuda_checkpoint_stub import install_cuda_checkpoint_stub
+from tests.support.gpu_node import SimGpu, write_gpu_node, write_sim_fixture
+from tests.support.runsc_release import load_release
 
 RUNSC = shutil.which("runsc")
 GLOBAL_FLAGS = ("--network=none", "--ignore-cgroups")
 LIB_DIR = "/usr/local/nvidia/lib64"
 
 # Debian's runsc (2022) has no nvproxy: the daemon under test runs an
-# emulated gVisor release in front of it (ateom.testing.runsc_emu), which
+# emulated gVisor release in front of it (tests.support.runsc_emu), which
 # answers probes as that release, applies its GPU rules, strips what Debian
 # lacks and records every call. The newest release is the default: today's
 # ateom behaves right on it for every test here (a GPU actor's checkpoint

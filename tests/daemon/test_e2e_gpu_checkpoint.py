@@ -1,6 +1,6 @@
 """GPU actors checkpointed and restored through ateom on each emulated runsc release.
 
-On real (Debian) runsc behind the release emulator (`ateom.testing.runsc_emu`),
+On real (Debian) runsc behind the release emulator (`tests.support.runsc_emu`),
 with a simulated GPU node (`/proc/driver/nvidia`, the Pod's device nodes, a
 stand-in nvidia-smi) and a stand-in cuda-checkpoint that records its runs
 from inside the sandbox:
@@ -32,8 +32,8 @@ import pytest
 from ateom._proto import ateom_pb2 as pb
 from ateom.daemon.gpu_checkpoint import TOOL_IN_CONTAINER
 from ateom.gpuinfo.record import RECORD_FILE, parse_record
-from ateom.testing import DEFAULT_DRIVER_VERSION
-from ateom.testing.cuda_checkpoint_stub import read_calls
+from tests.support import DEFAULT_DRIVER_VERSION
+from tests.support.cuda_checkpoint_stub import read_calls
 from tests.daemon.conftest import _stopped, needs_runsc
 from tests.daemon.harness import Daemon, World, release_options, run_request, runsc_processes
 
@@ -125,7 +125,7 @@ def test_gpu_checkpoint_on_each_release(world: World, gpu_daemon: Daemon) -> Non
             actor_uid=uid, actor_dirs=dirs, spec=pb.WorkloadSpec(
                 containers=[pb.Container(name="app")])), timeout=180)
     assert err.value.code() == grpc.StatusCode.INTERNAL
-    assert "runsc emulator (ateom.testing)" in (err.value.details() or "")
+    assert "runsc emulator (tests.support)" in (err.value.details() or "")
     restores = [(c.container, c.exit_code) for c in emu.calls() if c.command == "restore"]
     assert restores == [(f"{uid}_pause", 0), ("app", 128)]
     [root_restore] = [c for c in emu.calls() if c.command == "restore" and c.exit_code == 0]

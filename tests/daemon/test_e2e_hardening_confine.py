@@ -34,7 +34,7 @@ import pytest
 from ateom._proto import ateom_pb2 as pb
 from ateom.daemon.config import DaemonConfig
 from ateom.daemon.sandbox import kill_sandbox_processes
-from ateom.testing import build_busybox_bundle
+from tests.support import build_busybox_bundle
 from tests.daemon.conftest import needs_runsc
 from tests.daemon.harness import (
     DEFAULT_RELEASE,

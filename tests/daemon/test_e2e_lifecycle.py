@@ -1,7 +1,7 @@
 """End to end over the unix socket against real Debian runsc (root only).
 
 Debian's runsc (2022) has no --nvproxy: the daemon runs an emulated gVisor
-release in front of it (ateom.testing.runsc_emu), which answers ateom's probes
+release in front of it (tests.support.runsc_emu), which answers ateom's probes
 as that release, applies its GPU rules, runs the real runsc without the flags
 Debian lacks and records every call. Tests whose behaviour does not depend on
 the release run on each of `RELEASES` (`release_daemon`); the rest on the
@@ -25,8 +25,8 @@ import pytest
 from ateom._proto import ateom_pb2 as pb
 from ateom.daemon.gpu_checkpoint import TOOL_IN_CONTAINER
 from ateom.gpuinfo.record import RECORD_FILE, parse_record
-from ateom.testing import DEFAULT_DRIVER_VERSION
-from ateom.testing.cuda_checkpoint_stub import read_calls
+from tests.support import DEFAULT_DRIVER_VERSION
+from tests.support.cuda_checkpoint_stub import read_calls
 from tests.daemon.conftest import needs_runsc
 from tests.daemon.harness import (
     GPU_RELEASES,
@@ -205,7 +205,7 @@ def _counter_bundle(world: World, uid: str) -> Path:
     (data / "greeting").write_text("hello from the host\n")
     loop = "i=0; while true; do i=$((i+1)); echo tick $i $(cat /data/greeting); sleep 0.1; done"
     bundles = world.actors_root / uid / "bundles"
-    from ateom.testing import build_busybox_bundle
+    from tests.support import build_busybox_bundle
 
     build_busybox_bundle(bundles / "_pause", ["sh", "-c", loop], mounts=[
         {"destination": "/data", "type": "bind", "source": str(data), "options": ["rbind", "ro"]}
@@ -285,7 +285,7 @@ def test_multi_container_restore_fails_cleanly(world: World, release_daemon: Dae
         # emulator (Debian underneath) refuses at the last one, and says why.
         assert restores == [(f"{uid}_pause", 0), ("app", 128)]
         assert first_line.endswith(
-            f"runsc restore app failed (exit 128): runsc emulator (ateom.testing): "
+            f"runsc restore app failed (exit 128): runsc emulator (tests.support): "
             f"{emu.tag} would now load sandbox '{uid}_pause' with containers "
             f"['{uid}_pause', 'app'] from the image, but Debian's runsc 0.0~20221219.0 "
             "restores only a single-container sandbox: nothing was restored")

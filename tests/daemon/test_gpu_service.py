@@ -1,7 +1,7 @@
 """GPU actors in the lifecycle: placement per actor, GPU checkpoint refusals and
 flags, the compatibility record, restore checked against it (fake runsc argv).
 
-A simulated 4-GPU node (`ateom.testing.gpu_node`: /proc/driver/nvidia, the
+A simulated 4-GPU node (`tests.support.gpu_node`: /proc/driver/nvidia, the
 Pod's device nodes, a stand-in nvidia-smi) and a CDI spec for its 4 GPUs;
 what real runsc does with the flags is the e2e suites' job.
 """
@@ -37,8 +37,8 @@ from ateom.daemon.requests import (
 from ateom.daemon.service import AteomService
 from ateom.errors import AteomError, ErrorCode
 from ateom.gpuinfo.record import RECORD_FILE, parse_record
-from ateom.testing import build_busybox_bundle, build_fake_driver_libs, write_sim_gpu_spec
-from ateom.testing.gpu_node import SimGpu, write_gpu_node, write_sim_fixture
+from tests.support import build_busybox_bundle, build_fake_driver_libs, write_sim_gpu_spec
+from tests.support.gpu_node import SimGpu, write_gpu_node, write_sim_fixture
 from tests.daemon.fake_runsc import FakeRunsc
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/bin/busybox"), reason="needs busybox")

@@ -25,8 +25,8 @@ from ateom.daemon.requests import ActorRef, StatsSample
 
 REPO = Path(__file__).resolve().parents[2]
 OURS = REPO / "proto" / "ateom.proto"
-# CI places the shared directory beside the clone, as ../shared.
-REFERENCE = REPO.parent / "shared" / "reference" / "ateom.proto"
+# The node agent's proto, kept as test data (tests/fixtures/reference/PROVENANCE.md).
+REFERENCE = REPO / "tests" / "fixtures" / "reference" / "ateom.proto"
 
 
 def compile_proto(path: Path, out: Path) -> d.FileDescriptorProto:
@@ -122,9 +122,7 @@ def wire_differences(ref: d.FileDescriptorProto, ours: d.FileDescriptorProto) ->
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> d.FileDescriptorProto:
-    if not REFERENCE.is_file():
-        pytest.skip(f"{REFERENCE} absent: the shared directory must sit beside the clone"
-                    " (CI puts it there)")
+    assert REFERENCE.is_file(), f"{REFERENCE}: the reference proto is test data in the repo"
     return compile_proto(REFERENCE, tmp_path_factory.mktemp("reference"))
 
 

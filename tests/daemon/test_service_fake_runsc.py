@@ -33,7 +33,7 @@ from ateom.daemon.requests import (
 )
 from ateom.daemon.service import AteomService
 from ateom.errors import AteomError, ErrorCode, InjectionError
-from ateom.testing import build_busybox_bundle, build_fake_driver_libs, write_sim_gpu_spec
+from tests.support import build_busybox_bundle, build_fake_driver_libs, write_sim_gpu_spec
 from tests.daemon.fake_runsc import FakeRunsc
 
 NO_DEVICES = DeviceChoice(DevicePolicy.NONE)

@@ -29,13 +29,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ateom.doctor.config import DoctorConfig
-from ateom.testing import (
+from tests.support import (
     DEFAULT_DRIVER_VERSION,
     build_fake_driver_libs,
     compile_shared_library,
     write_sim_gpu_spec,
 )
-from ateom.testing.gpu_node import SimGpu, write_gpu_node, write_sim_fixture
+from tests.support.gpu_node import SimGpu, write_gpu_node, write_sim_fixture
 
 REAL_RUNSC = shutil.which("runsc") or "/usr/bin/runsc"
 CUDA_CHECKPOINT_HELP = Path(__file__).resolve().parents[1] / "fixtures" / "gpu" / \

@@ -193,7 +193,7 @@ def test_doctor_inside_a_reaping_daemon_goes_through_the_reaper(gpu_worker: GpuW
         'for a in "$@"; do case "$a" in --output=*) out="${a#--output=}";; esac; done\n'
         f'cp {saved} "$out"\n'
     )
-    from ateom.testing import write_sim_gpu_spec
+    from tests.support import write_sim_gpu_spec
 
     libs = sorted(gpu_worker.lib64.iterdir())
     spec = write_sim_gpu_spec(gpu_worker.root / "gen-src", libs, gpus=2,

@@ -113,7 +113,7 @@ def test_an_old_driver_cannot_checkpoint(gpu_worker: GpuWorker) -> None:
 ])
 def test_runsc_releases_and_gpu_checkpoints(gpu_worker: GpuWorker, release: str,
                                             expected: Status, sequential: str) -> None:
-    from ateom.testing import install_runsc
+    from tests.support import install_runsc
 
     emu = install_runsc(release, gpu_worker.root / f"runsc-{release}")
     report = run_doctor(gpu_worker.config(runsc=str(emu.path)))

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ateom.testing.gpu_node import GpuNode, recorded_fixture, write_gpu_node
+from tests.support.gpu_node import GpuNode, recorded_fixture, write_gpu_node
 
 RECORDED = ("h200-8gpu", "t4-1gpu-525", "mixed-5090-4090")
 

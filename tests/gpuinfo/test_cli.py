@@ -19,7 +19,7 @@ from ateom.gpuinfo.record import (
     record_json,
     write_record,
 )
-from ateom.testing.gpu_node import GpuNode, recorded_fixture, write_gpu_node
+from tests.support.gpu_node import GpuNode, recorded_fixture, write_gpu_node
 
 DIGEST = "sha256:" + "cd" * 32
 

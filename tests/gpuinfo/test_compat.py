@@ -10,7 +10,7 @@ from ateom.gpuinfo.compat import check_restore, place_restore, runsc_remaps_gpus
 from ateom.gpuinfo.gather import gather_worker_gpus
 from ateom.gpuinfo.inventory import GpuFacts, WorkerGpus
 from ateom.gpuinfo.record import CompatRecord, ContainerDevices, RunscBuild, build_record
-from ateom.testing.gpu_node import SimGpu, recorded_fixture, write_gpu_node, write_sim_fixture
+from tests.support.gpu_node import SimGpu, recorded_fixture, write_gpu_node, write_sim_fixture
 
 H200, H100, T4 = 0x2335, 0x2330, 0x1EB8
 NAMES = {H200: "NVIDIA H200", H100: "NVIDIA H100 80GB HBM3", T4: "Tesla T4"}

@@ -11,7 +11,7 @@ import pytest
 
 from ateom.gpuinfo.gather import device_minors, find_nvidia_smi, gather_worker_gpus
 from ateom.gpuinfo.inventory import parse_smi_query
-from ateom.testing.gpu_node import (
+from tests.support.gpu_node import (
     SimGpu,
     recorded_fixture,
     write_gpu_node,

@@ -19,7 +19,7 @@ from ateom.gpuinfo.inventory import (
     parse_pci_device_id,
     parse_smi_query,
 )
-from ateom.testing.gpu_node import recorded_fixture
+from tests.support.gpu_node import recorded_fixture
 
 # What each recorded node is, per its PROVENANCE.md: driver, GPUs, (vendor, device), MiB.
 EXPECTED = {

@@ -31,7 +31,7 @@ from ateom.gpuinfo.record import (
     record_json,
     write_record,
 )
-from ateom.testing.gpu_node import recorded_fixture, write_gpu_node
+from tests.support.gpu_node import recorded_fixture, write_gpu_node
 
 DIGEST = "sha256:" + "ab" * 32
 RUNSC = RunscBuild("release-20260706.0")

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from ateom.testing import FakeLibrary, build_fake_driver_libs
+from tests.support import FakeLibrary, build_fake_driver_libs
 
 
 @pytest.fixture(scope="session")

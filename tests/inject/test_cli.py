@@ -11,7 +11,7 @@ import structlog
 
 from ateom.cli import main
 from ateom.inject import ANNOTATION_KEY
-from ateom.testing import FakeLibrary, build_busybox_bundle, write_sim_gpu_spec
+from tests.support import FakeLibrary, build_busybox_bundle, write_sim_gpu_spec
 
 from ._support import tree_snapshot
 

@@ -18,7 +18,7 @@ import pytest
 
 from ateom.cdi.registry import Registry
 from ateom.inject import InjectOptions, inject_devices
-from ateom.testing import (
+from tests.support import (
     FakeLibrary,
     build_busybox_bundle,
     build_cuda_probe,
@@ -167,7 +167,7 @@ def test_runsc_cuda_program_fails_without_the_soname_link(
 
 @pytest.mark.parametrize("runtime", ["runsc", "runc"])
 def test_run_container_cleans_up_after_a_timeout(tmp_path: Path, runtime: str) -> None:
-    """ateom.testing's runner leaves no sandbox behind, even when the run hangs."""
+    """tests.support's runner leaves no sandbox behind, even when the run hangs."""
     needs(runtime)
     # runc's container shell is a host process (found by the marker in its
     # cmdline); runsc's sandbox and gofer carry the container id in theirs.

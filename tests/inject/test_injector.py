@@ -33,7 +33,7 @@ from ateom.inject import (
 )
 from ateom.oci_config import ConfigError
 from ateom.settings import NodeSettings
-from ateom.testing import FakeLibrary, build_busybox_bundle, read_config
+from tests.support import FakeLibrary, build_busybox_bundle, read_config
 
 from ._support import tree_snapshot
 
@@ -257,7 +257,7 @@ def test_config_of_the_wrong_shape_is_an_error_naming_the_field(
 
 def test_soname_too_long_for_a_file_name_is_skipped_and_logged(
         bundle: Path, fake_driver: list[FakeLibrary], tmp_path: Path) -> None:
-    from ateom.testing import compile_shared_library
+    from tests.support import compile_shared_library
     # 255 bytes is the longest file name; one byte more cannot be a link's name.
     longest = compile_shared_library(tmp_path / "libl.so.1.0", "l" * 250 + ".so.1", "int f;")
     too_long = compile_shared_library(tmp_path / "libm.so.1.0", "m" * 251 + ".so.1", "int f;")
@@ -414,7 +414,7 @@ def test_inject_twice_is_inject_once_and_stays_in_rootfs(
 @pytest.fixture(scope="module")
 def odd_libs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     """Libraries that must be skipped: hostile SONAMEs and a non-ELF file."""
-    from ateom.testing import compile_shared_library
+    from tests.support import compile_shared_library
     d = tmp_path_factory.mktemp("odd")
     src = "int g(void) { return 0; }\n"
     return [

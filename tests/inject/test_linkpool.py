@@ -9,7 +9,7 @@ import pytest
 
 from ateom.inject import InjectOptions, LinkPool, inject_devices
 from ateom.inject.rootfs import ConfinedRoot
-from ateom.testing import FakeLibrary, build_busybox_bundle
+from tests.support import FakeLibrary, build_busybox_bundle
 
 from ._support import tree_snapshot
 from .test_injector import LIB_DIR, gpu_resolution

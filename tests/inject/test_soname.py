@@ -15,7 +15,7 @@ from ateom.inject.soname import (
     read_soname,
     read_soname_elffile,
 )
-from ateom.testing import FakeLibrary, compile_shared_library
+from tests.support import FakeLibrary, compile_shared_library
 
 from ._support import needs_gcc
 

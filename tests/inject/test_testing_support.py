@@ -1,4 +1,4 @@
-"""ateom.testing builds real parts: ELF libraries with SONAMEs, specs, bundles."""
+"""tests.support builds real parts: ELF libraries with SONAMEs, specs, bundles."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
 
-from ateom.testing import (
+from tests.support import (
     FakeLibrary,
     build_busybox_bundle,
     build_cuda_probe,

@@ -106,7 +106,7 @@ def test_soname_cache_hits_and_misses_read_from_the_injectors_cache(tmp_path: Pa
     if shutil.which("gcc") is None:
         pytest.skip("gcc not installed: builds the ELF library the cache reads")
     from ateom.inject.soname import SonameCache
-    from ateom.testing import build_fake_driver_libs
+    from tests.support import build_fake_driver_libs
 
     libcuda = build_fake_driver_libs(tmp_path)[0]
     cache = SonameCache()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import stat
 import subprocess
@@ -15,16 +14,45 @@ from pathlib import Path
 
 import pytest
 
-from ateom.testing.runsc_emu import EmulatedRunsc
+from tests.support.runsc_emu import EmulatedRunsc, default_real_runsc, real_of
+from tests.support.runsc_real import RealRunsc, real_runsc
 
-REAL_RUNSC = shutil.which("runsc", path="/usr/bin:/usr/sbin:/bin") or shutil.which("runsc")
+
+def _real() -> RealRunsc | None:
+    try:
+        return real_runsc(default_real_runsc())
+    except OSError:
+        return None
+
+
+# The real runsc emulators run in front of (the set-up's Debian 0.0~20240729 or newer).
+REAL = _real()
+REAL_RUNSC = REAL.path if REAL else None
 GLOBAL = ("--network=none", "--ignore-cgroups")
+
+
+def _debian_2022() -> str | None:
+    """Debian 12's own runsc (0.0~20221219), when it is installed: the one build the
+    20221219 release file was checked against byte for byte."""
+    for path in ("/usr/bin/runsc", "/usr/sbin/runsc"):
+        try:
+            if real_runsc(path).release.tag == "0.0~20221219.0":
+                return path
+        except OSError:
+            continue
+    return None
+
+
+DEBIAN_2022 = _debian_2022()
 
 needs_runsc = pytest.mark.skipif(
     os.geteuid() != 0 or REAL_RUNSC is None or not os.path.exists("/bin/busybox"),
-    reason="needs root, Debian's runsc and /bin/busybox",
+    reason="needs root, a real runsc (scripts/bootstrap.sh installs one) and /bin/busybox",
 )
-needs_runsc_binary = pytest.mark.skipif(REAL_RUNSC is None, reason="Debian's runsc not installed")
+needs_runsc_binary = pytest.mark.skipif(REAL_RUNSC is None, reason="no real runsc installed")
+needs_debian_2022 = pytest.mark.skipif(
+    DEBIAN_2022 is None, reason="Debian 12's own runsc 0.0~20221219 is not installed "
+    "(/usr/bin/runsc): the byte-identity and root-only-restore checks need that build")
 
 
 @dataclass(frozen=True)
@@ -74,7 +102,7 @@ class Runsc:
 
     def real(self, *argv: str) -> Done:
         self._n += 1
-        return run_files([REAL_RUNSC or "runsc", "--root", str(self.root), *GLOBAL, *argv],
+        return run_files([real_of(self.emu).path, "--root", str(self.root), *GLOBAL, *argv],
                          self.base / "io" / str(self._n))
 
     def status(self, container: str) -> str:

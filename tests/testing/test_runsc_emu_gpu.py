@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from ateom.testing.runsc_emu_gpu import (
+from tests.support.runsc_emu_gpu import (
     SimGpu,
     driver_changed_error,
     driver_check,
@@ -18,7 +18,7 @@ from ateom.testing.runsc_emu_gpu import (
     save_remap_error,
     sim_gpus,
 )
-from ateom.testing.runsc_release import RELEASES, FlagParse, load_release, parse_go_flags
+from tests.support.runsc_release import RELEASES, FlagParse, load_release, parse_go_flags
 
 PLAIN: dict[str, Any] = {"process": {"env": ["PATH=/bin"]}, "linux": {}}
 NVIDIACTL: dict[str, Any] = {"process": {"env": []}, "linux": {"devices": [

@@ -1,5 +1,5 @@
 """The emulated runsc executable: outputs per release, Debian byte-identity, stripping
-and records, and real sandboxes through Debian's runsc (root + runsc)."""
+and records, and real sandboxes through the real runsc behind it (root + runsc)."""
 
 from __future__ import annotations
 
@@ -10,13 +10,22 @@ from pathlib import Path
 
 import pytest
 
-from ateom.testing import build_busybox_bundle, read_config, write_config
-from ateom.testing.cuda_checkpoint_stub import CudaCheckpointStub, install_cuda_checkpoint_stub
-from ateom.testing.runsc_emu import RELEASES, EmulatedRunsc, install_runsc
-from ateom.testing.runsc_emu_gpu import sim_gpus
-from ateom.testing.runsc_emu_state import IMAGE_NOTE
-from ateom.testing.runsc_release import load_release, release_file, short_usage
-from tests.testing.conftest import GLOBAL, REAL_RUNSC, Runsc, needs_runsc, needs_runsc_binary
+from tests.support import build_busybox_bundle, read_config, write_config
+from tests.support.cuda_checkpoint_stub import CudaCheckpointStub, install_cuda_checkpoint_stub
+from tests.support.runsc_emu import RELEASES, EmulatedRunsc, install_runsc
+from tests.support.runsc_emu_gpu import sim_gpus
+from tests.support.runsc_emu_state import IMAGE_NOTE
+from tests.support.runsc_release import load_release, release_file, short_usage
+from tests.testing.conftest import (
+    DEBIAN_2022,
+    GLOBAL,
+    REAL,
+    REAL_RUNSC,
+    Runsc,
+    needs_debian_2022,
+    needs_runsc,
+    needs_runsc_binary,
+)
 
 LIFECYCLE = ("20221219", "20240930", "20260608", "20260817")
 # A driver each release supports (20240930 predates R580).
@@ -26,8 +35,8 @@ COUNTER = "i=0; while true; do i=$((i+1)); echo tick $i; sleep 0.1; done"
 
 def emulate(tmp: Path, release: str, **kw: object) -> EmulatedRunsc:
     kw.setdefault("driver_version", DRIVER.get(release, "580.65.06"))
-    return install_runsc(release, tmp / f"bin-{release}", real_runsc=REAL_RUNSC or "runsc",
-                         **kw)  # type: ignore[arg-type]
+    kw.setdefault("real_runsc", REAL_RUNSC or "runsc")
+    return install_runsc(release, tmp / f"bin-{release}", **kw)  # type: ignore[arg-type]
 
 
 def run(emu: EmulatedRunsc, *argv: str) -> subprocess.CompletedProcess[str]:
@@ -78,11 +87,11 @@ DEBIAN_ARGV = [
 ]
 
 
-@needs_runsc_binary
+@needs_debian_2022
 def test_debian_release_is_byte_identical_to_the_real_binary(tmp_path: Path) -> None:
-    emu = emulate(tmp_path, "20221219")
+    emu = emulate(tmp_path, "20221219", real_runsc=DEBIAN_2022)
     for argv in DEBIAN_ARGV:
-        real = subprocess.run([REAL_RUNSC or "runsc", *argv], capture_output=True, text=True,
+        real = subprocess.run([DEBIAN_2022 or "runsc", *argv], capture_output=True, text=True,
                               input="", timeout=60, check=False)
         got = run(emu, *argv)
         assert (got.stdout, got.stderr, got.returncode) == (
@@ -90,21 +99,28 @@ def test_debian_release_is_byte_identical_to_the_real_binary(tmp_path: Path) -> 
 
 
 @needs_runsc_binary
-def test_flags_debian_lacks_are_stripped_and_recorded(tmp_path: Path) -> None:
+def test_flags_the_real_build_lacks_are_stripped_and_recorded(tmp_path: Path) -> None:
+    assert REAL is not None
     emu = emulate(tmp_path, "20260817")
     root = tmp_path / "state"
     root.mkdir()
-    done = run(emu, "--nvproxy", "--nvproxy-driver-version=580.65.06", "--root", str(root),
-               "-allow-connected-on-save", "list", "-quiet")
+    given = ["--nvproxy", "--nvproxy-driver-version=580.65.06", "--root", str(root),
+             "-allow-connected-on-save", "-restore-spec-validation=ignore"]
+    done = run(emu, *given, "list", "-quiet")
     assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
     [call] = emu.calls()
     assert call.command == "list" and call.has_flag("nvproxy")
     assert call.has_flag("nvproxy-driver-version") and not call.has_flag("root-x")
-    assert call.stripped == ("nvproxy", "nvproxy-driver-version", "allow-connected-on-save")
-    assert call.ran == ((REAL_RUNSC, "--root", str(root), "list", "-quiet"),)
+    # Computed from the real build's own `runsc flags`, whichever build it is.
+    names = ("nvproxy", "nvproxy-driver-version", "allow-connected-on-save",
+             "restore-spec-validation")
+    assert call.stripped == tuple(n for n in names if n not in REAL.release.flags)
+    assert "restore-spec-validation" in call.stripped or REAL.release.date >= 20260525
+    kept = [a for a in given if a.lstrip("-").split("=")[0] not in call.stripped]
+    assert call.ran == ((REAL_RUNSC, *kept, "list", "-quiet"),)
     refused = run(emu, "tar", "rootfs-upper", "c1")
     assert refused.returncode == 128 and refused.stderr.startswith(
-        "runsc emulator (ateom.testing): release-20260817.0's 'tar' command is not emulated")
+        "runsc emulator (tests.support): release-20260817.0's 'tar' command is not emulated")
 
 
 # --- real sandboxes -----------------------------------------------------------
@@ -114,8 +130,10 @@ def _gpu_bundle(path: Path, args: list[str], stub: CudaCheckpointStub | None = N
     """A busybox bundle given a GPU the way ateom injects one (/dev/nvidiactl in devices)."""
     build_busybox_bundle(path, args, mounts=[stub.mount()] if stub else [])
     cfg = read_config(path)
+    # fileMode as ateom writes it: runsc 0.0~20240729 dereferences it (a nil
+    # pointer panic in createDeviceFile without it).
     cfg["linux"]["devices"] = [{"path": "/dev/nvidiactl", "type": "c", "major": 195,
-                                "minor": 255}]
+                                "minor": 255, "fileMode": 0o666}]
     if sandbox:
         cfg["annotations"] = {"io.kubernetes.cri.container-type": "container",
                               "io.kubernetes.cri.sandbox-id": sandbox}
@@ -175,7 +193,8 @@ def test_checkpoint_and_restore_through_debian(tmp_path: Path, runsc_factory: li
     done = r("checkpoint", "--image-path", str(image), *extra, "c1")
     assert done.code == 0, done.err
     before = _ticks(log.read_text())[-1]
-    assert sorted(p.name for p in image.iterdir()) == ["checkpoint.img", IMAGE_NOTE]
+    names = sorted(p.name for p in image.iterdir())
+    assert "checkpoint.img" in names and IMAGE_NOTE in names, names
     assert r("delete", "-force", "c1").code == 0
     background = ["-background"] if release.feature("restore_background_flag") else []
     code = _to_log(r, log, "restore", "--bundle", str(bundle), "--image-path", str(image),
@@ -185,9 +204,14 @@ def test_checkpoint_and_restore_through_debian(tmp_path: Path, runsc_factory: li
     resumed = after[after.index(before) + 1:]
     assert resumed[0] == before + 1  # counted on from memory, not restarted
     calls = {c.command: c for c in r.emu.calls()}
-    assert calls["checkpoint"].stripped == tuple(f"checkpoint:{f.lstrip('-').split('=')[0]}"
-                                                 for f in extra)
-    assert calls["restore"].stripped == (("restore:background",) if background else ())
+    assert REAL is not None
+    real = REAL.release.commands
+    assert calls["checkpoint"].stripped == tuple(
+        f"checkpoint:{n}" for n in (f.lstrip("-").split("=")[0] for f in extra)
+        if n not in real["checkpoint"].flags)
+    assert calls["restore"].stripped == tuple(
+        f"restore:{f.lstrip('-')}" for f in background
+        if f.lstrip("-") not in real["restore"].flags)
     assert calls["restore"].nvproxy is False
 
 
@@ -333,20 +357,60 @@ def test_restore_refuses_a_changed_driver_and_too_few_gpus(
     assert all(c.nvproxy for c in restores) and len(restores[-1].ran) == 1
 
 
-@needs_runsc
-def test_multi_container_restore_is_refused_at_the_last_container(
-        tmp_path: Path, runsc_factory: list[Runsc]) -> None:
-    r = Runsc(emulate(tmp_path, "20240930"), tmp_path / "run")
-    runsc_factory.append(r)
-    pause = build_busybox_bundle(tmp_path / "pause", ["sleep", "1000"])
-    app = _gpu_bundle(tmp_path / "app", ["sleep", "1000"], sandbox="sb")
+def _two_container_sandbox(r: Runsc, tmp: Path) -> tuple[Path, Path, Path]:
+    """A root `sb` (pause) and a GPU sub-container `app` counting, checkpointed, deleted."""
+    pause = build_busybox_bundle(tmp / "pause", ["sleep", "1000"])
+    app = _gpu_bundle(tmp / "app", ["sh", "-c", COUNTER], sandbox="sb")
     _start(r, pause, "sb")
-    _start(r, app, "app")
-    image = tmp_path / "image"
+    # A sub-container's process gets the stdio of `runsc start` (its create only
+    # starts a gofer).
+    log = r.base / "app.log"
+    assert _to_log(r, log, "create", "--bundle", str(app), "app") == 0, log.read_text()
+    assert _to_log(r, log, "start", "app") == 0, log.read_text()
+    _wait_ticks(log, 3)
+    image = tmp / "image"
     assert r("checkpoint", "--image-path", str(image), "sb").code == 0
     assert json.loads((image / IMAGE_NOTE).read_text())["containers"] == ["sb", "app"]
-    for cid in ("app", "sb"):
+    for cid in ("sb", "app"):  # the root first: a sub-container's delete may then fail
         r("delete", "-force", cid)
+    return pause, app, log
+
+
+@needs_runsc
+def test_multi_container_restore_runs_on_the_real_build(
+        tmp_path: Path, runsc_factory: list[Runsc]) -> None:
+    assert REAL is not None and REAL.restores_subcontainers, REAL_RUNSC
+    r = Runsc(emulate(tmp_path, "20240930"), tmp_path / "run")
+    runsc_factory.append(r)
+    pause, app, log = _two_container_sandbox(r, tmp_path)
+    before = _ticks(log.read_text())[-1]
+    image = tmp_path / "image"
+    root = r("restore", "--bundle", str(pause), "--image-path", str(image), "-background",
+             "-detach", "sb")
+    assert (root.code, root.err) == (0, "")
+    code = _to_log(r, log, "restore", "--bundle", str(app), "--image-path", str(image),
+                   "-background", "-detach", "app")
+    assert code == 0, log.read_text()[-2000:]
+    after = _wait_ticks(log, before + 3)
+    assert after[after.index(before) + 1] == before + 1  # the app counts on from memory
+    restores = [c for c in r.emu.calls() if c.command == "restore"]
+    assert [(c.container, c.exit_code, len(c.ran)) for c in restores] == [("sb", 0, 1),
+                                                                          ("app", 0, 1)]
+    # Without the root first, a sub-container restore is refused outright.
+    for cid in ("sb", "app"):
+        r("delete", "-force", cid)
+    again = r("restore", "--bundle", str(app), "--image-path", str(image), "-detach", "app")
+    assert again.code == 128 and "restore the sandbox's root container first" in again.err
+
+
+@needs_runsc
+@needs_debian_2022
+def test_multi_container_restore_is_refused_where_the_real_build_restores_only_a_root(
+        tmp_path: Path, runsc_factory: list[Runsc]) -> None:
+    r = Runsc(emulate(tmp_path, "20240930", real_runsc=DEBIAN_2022), tmp_path / "run")
+    runsc_factory.append(r)
+    pause, app, _ = _two_container_sandbox(r, tmp_path)
+    image = tmp_path / "image"
     root = r("restore", "--bundle", str(pause), "--image-path", str(image), "-background",
              "-detach", "sb")
     assert (root.code, root.err) == (0, "")
@@ -354,13 +418,10 @@ def test_multi_container_restore_is_refused_at_the_last_container(
              "-detach", "app")
     assert done.code == 128
     assert done.err == (
-        "runsc emulator (ateom.testing): release-20240930.0 would now load sandbox 'sb' with "
-        "containers ['sb', 'app'] from the image, but Debian's runsc 0.0~20221219.0 restores "
+        "runsc emulator (tests.support): release-20240930.0 would now load sandbox 'sb' with "
+        "containers ['sb', 'app'] from the image, but the real runsc 0.0~20221219.0 restores "
         "only a single-container sandbox: nothing was restored\n")
     assert r.real("list", "-quiet").out.split() == []
     restores = [c for c in r.emu.calls() if c.command == "restore"]
     assert [(c.container, c.exit_code, c.ran) for c in restores] == [("sb", 0, ()),
                                                                      ("app", 128, ())]
-    # Without the root first, a subcontainer restore is refused outright.
-    again = r("restore", "--bundle", str(app), "--image-path", str(image), "-detach", "app")
-    assert again.code == 128 and "restore the sandbox's root container first" in again.err

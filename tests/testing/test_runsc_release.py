@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from ateom.testing.runsc_emu_cli import Answer, Invocation, debian_argv, interpret
-from ateom.testing.runsc_release import (
+from tests.support.runsc_emu_cli import Answer, Invocation, real_argv, interpret
+from tests.support.runsc_release import (
     DEBIAN,
     RELEASES,
     FlagDef,
@@ -204,13 +204,13 @@ def test_undefined_help_is_flag_errhelp() -> None:
         assert got.help and not got.error
 
 
-def test_debian_argv_leaves_out_what_debian_lacks_computed_from_its_file() -> None:
+def test_real_argv_leaves_out_what_debian_lacks_computed_from_its_file() -> None:
     newest, debian = load_release(NEWEST), load_release(DEBIAN)
     inv = invocation(newest, "-log-format", "json", "--root", "/r", "--nvproxy",
                      "--nvproxy-driver-version=580.65.06", "-allow-connected-on-save",
                      "restore", "-bundle", "/b", "-image-path", "/i", "-background",
                      "--direct", "-detach", "c1")
-    call = debian_argv(inv, debian)
+    call = real_argv(inv, debian)
     assert call.argv == ("-log-format", "json", "--root", "/r", "restore", "-bundle", "/b",
                          "-image-path", "/i", "-detach", "c1")
     assert call.stripped == ("nvproxy", "nvproxy-driver-version", "allow-connected-on-save",
@@ -221,10 +221,10 @@ def test_debian_argv_leaves_out_what_debian_lacks_computed_from_its_file() -> No
         assert flag not in table
     ckpt = invocation(newest, "checkpoint", "--cuda-checkpoint-path", "/x", "--compression=none",
                       "-image-path", "/i", "c1")
-    assert debian_argv(ckpt, debian).argv == ("checkpoint", "-image-path", "/i", "c1")
+    assert real_argv(ckpt, debian).argv == ("checkpoint", "-image-path", "/i", "c1")
     # Flags Debian has pass exactly as written, a "--" too.
     ex = invocation(newest, "exec", "--", "c1", "ls", "-l")
-    assert debian_argv(ex, debian).argv == ("exec", "--", "c1", "ls", "-l")
+    assert real_argv(ex, debian).argv == ("exec", "--", "c1", "ls", "-l")
 
 
 def test_go_sprintf_fills_verbs() -> None:

@@ -137,7 +137,7 @@ def _smi_script(csv_path: Path, behaviour: str) -> str:
     else:
         answer = f"exec cat {shlex.quote(str(csv_path))}"
     return ("#!/bin/sh\n"
-            "# Stand-in nvidia-smi (ateom.testing.gpu_node): answers ateom's query only.\n"
+            "# Stand-in nvidia-smi (tests.support.gpu_node): answers ateom's query only.\n"
             f'if [ "$*" = {query} ]; then\n  {answer}\nfi\n'
             'echo "stand-in nvidia-smi: unsupported arguments: $*" >&2\nexit 2\n')
 

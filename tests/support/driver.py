@@ -34,7 +34,7 @@ class FakeLibrary:
 def _gcc() -> str:
     gcc = shutil.which("gcc")
     if gcc is None:
-        raise RuntimeError("gcc not found: ateom.testing compiles real ELF libraries with it")
+        raise RuntimeError("gcc not found: tests.support compiles real ELF libraries with it")
     return gcc
 
 

@@ -1,6 +1,6 @@
-"""One gVisor runsc release's command line, from ``shared/runsc/release-*.json`` (pure).
+"""One gVisor runsc release's command line, from ``tests/fixtures/runsc/release-*.json`` (pure).
 
-The release files (see ``shared/runsc/README.md``) hold, per release, what
+The release files (see their ``PROVENANCE.md``) hold, per release, what
 gVisor's source registers: every flag with its Go type and the exact
 ``flag.PrintDefaults`` entry, every command's usage and help, the rendered
 ``runsc flags``/``runsc help`` texts, the GPU features a launcher cares
@@ -28,9 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-# Where the release files are: CI places the read-only ``shared`` directory
-# beside the clone, so from ``ateom/testing/`` it is three levels up.
-_DEFAULT_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "runsc"
+# Where the release files are: test data in the repository (their PROVENANCE.md).
+_DEFAULT_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "runsc"
 RELEASES_DIR_ENV = "ATEOM_RUNSC_RELEASES_DIR"
 
 # Debian bookworm's runsc, the only one that installs here: the emulator runs
@@ -46,7 +45,7 @@ _TAG = re.compile(r"^(?:release-)?(\d{8})(?:\.(\d+))?$")
 
 
 def releases_dir() -> Path:
-    """The release files' directory: ``$ATEOM_RUNSC_RELEASES_DIR`` or ``../shared/runsc``."""
+    """The release files' directory: ``$ATEOM_RUNSC_RELEASES_DIR`` or ``tests/fixtures/runsc``."""
     return Path(os.environ.get(RELEASES_DIR_ENV) or _DEFAULT_DIR)
 
 

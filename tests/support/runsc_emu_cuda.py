@@ -29,7 +29,7 @@ import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ateom.testing.runsc_release import Release, go_sprintf
+from tests.support.runsc_release import Release, go_sprintf
 
 # (container, pid) of a process in the sandbox.
 Proc = tuple[str, int]

@@ -1,4 +1,4 @@
-"""The emulated release's ``checkpoint`` and ``restore`` (runs Debian's runsc).
+"""The emulated release's ``checkpoint`` and ``restore`` (runs the real runsc).
 
 Checkpoint, in the release's order:
 
@@ -16,17 +16,18 @@ Checkpoint, in the release's order:
    SIGKILLs the sandbox process.
 3. 20260706+: with live clients the save records the GPUs for remapping
    (refused for mixed models: "nvproxy device is not remappable").
-4. Debian's ``runsc checkpoint``, then `ImageNote` beside ``checkpoint.img``.
+4. the real ``runsc checkpoint``, then `ImageNote` beside the image.
 
 Restore: the driver must not have changed (20250611+: "nvidia driver version
 changed during restore"), saved GPUs must map onto the present ones
-(20260706+), then Debian's ``runsc restore`` (create + restore + start),
+(20260706+), then the real ``runsc restore`` (create + restore + start),
 then cuda-checkpoint ``--toggle`` again on the saved CUDA processes. A
-multi-container image on a release that restores those (20240501+) cannot be
-restored by Debian's runsc: the root's restore is accepted and remembered,
-each subcontainer's is counted, and the last one is refused with a message
-naming the sandbox and its containers (after the release's own driver and
-remap checks, which come at that point in the release too).
+multi-container image (releases 20240501+ restore those) is restored
+container by container through a real build that can (Debian's 0.0~20240729,
+newer), the release's checks coming with the last container, where its kernel
+load runs. A real build that cannot (Debian's 2022 one) gets the root's
+restore accepted and remembered, each subcontainer's counted, and the last one
+refused with a message naming the sandbox and its containers.
 
 Error texts are the release's own; the wrapping between command and cause
 ("checkpoint failed: checkpointing container %q: ...") is abbreviated.
@@ -38,14 +39,14 @@ import os
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from ateom.testing import runsc_emu_cuda as cuda
-from ateom.testing import runsc_emu_gpu as gpu
-from ateom.testing import runsc_emu_state as st
-from ateom.testing.runsc_emu_cli import Invocation
-from ateom.testing.runsc_release import Release, go_sprintf
+from tests.support import runsc_emu_cuda as cuda
+from tests.support import runsc_emu_gpu as gpu
+from tests.support import runsc_emu_state as st
+from tests.support.runsc_emu_cli import Invocation
+from tests.support.runsc_release import Release, go_sprintf
 
 if TYPE_CHECKING:
-    from ateom.testing.runsc_emulator import Emulator
+    from tests.support.runsc_emulator import Emulator
 
 
 def _save_failed(release: Release, container: str, why: str) -> str:
@@ -66,7 +67,7 @@ def checkpoint(emu: Emulator, inv: Invocation) -> int:
     """``runsc checkpoint`` as the release does it (see the module docstring)."""
     cid, image = inv.container, inv.flag("image-path")
     if cid is None or not image:
-        return emu.run_real(inv)  # Debian reports the usage or missing -image-path
+        return emu.run_real(inv)  # the real runsc reports the usage or missing -image-path
     release, root = emu.release, emu.root(inv)
     own = st.read_container_state(root, cid)
     sandbox = own.sandbox if own else cid
@@ -131,11 +132,13 @@ def restore(emu: Emulator, inv: Invocation) -> int:
     bundle = os.path.abspath(inv.flag("bundle") or os.getcwd())
     spec = st.read_spec(bundle)
     if cid is None or not image or spec is None:
-        return emu.run_real(inv)  # Debian reports the usage, flag or spec error
+        return emu.run_real(inv)  # the real runsc reports the usage, flag or spec error
     release, root = emu.release, emu.root(inv)
     note = st.read_image_note(os.path.abspath(image))
     sandbox = st.sandbox_of(spec, cid)
     if note and len(note.containers) > 1 and release.feature("multi_container_restore"):
+        if not emu.real_restores_subcontainers:
+            return _restore_multi_refused(emu, inv, note, spec, sandbox)
         return _restore_multi(emu, inv, note, spec, sandbox)
     if sandbox == cid:
         on, driver, error = emu.sandbox_nvproxy(inv, spec)
@@ -143,33 +146,95 @@ def restore(emu: Emulator, inv: Invocation) -> int:
         error = error or _load_error(emu, note, driver)
         if error:
             return emu.fail(inv, _restore_failed(release, error))
-    else:  # a release without multi-container restore: Debian answers as it does
+        real_nvproxy = emu.wants_real_nvproxy(spec, on)
+    else:  # a release without multi-container restore: the real build answers
         parent = st.read_container_state(root, sandbox)
         on, driver = bool(parent and parent.nvproxy), parent.driver_version if parent else None
+        real_nvproxy = bool(parent and parent.real_nvproxy)
     st.write_container_state(root, st.ContainerState(
         cid, sandbox, bundle, on, on and gpu.gpu_requested(release, spec, inv.global_flags),
-        driver))
+        driver, real_nvproxy))
     code = emu.run_real(inv)
     if code != 0:
         st.remove_state(root, cid)
         return code
-    if note is not None and note.cuda_procs:
-        error = cuda.toggle_after_restore(release, emu.start_exec(inv),
-                                          note.cuda_checkpoint_path, note.cuda_procs,
-                                          sequential=note.cuda_sequential)
-        if error:
-            # Post-restore work runs after the restore returned; failing, it
-            # takes the sandbox down (restore.go).
-            work = go_sprintf(release.message("post restore work failed"), error)
-            emu.warn(inv, go_sprintf(release.message("Killing the sandbox after post restore"),
-                                     work))
-            emu.kill_sandbox(inv, sandbox)
+    _after_restore(emu, inv, note, sandbox)
     return code
+
+
+def _after_restore(emu: Emulator, inv: Invocation, note: st.ImageNote | None,
+                   sandbox: str) -> None:
+    """cuda-checkpoint's second toggle once the sandbox runs again."""
+    if note is None or not note.cuda_procs:
+        return
+    release = emu.release
+    error = cuda.toggle_after_restore(release, emu.start_exec(inv), note.cuda_checkpoint_path,
+                                      note.cuda_procs, sequential=note.cuda_sequential)
+    if error:
+        # Post-restore work runs after the restore returned; failing, it
+        # takes the sandbox down (restore.go).
+        work = go_sprintf(release.message("post restore work failed"), error)
+        emu.warn(inv, go_sprintf(release.message("Killing the sandbox after post restore"),
+                                 work))
+        emu.kill_sandbox(inv, sandbox)
 
 
 def _restore_multi(emu: Emulator, inv: Invocation, note: st.ImageNote, spec: dict[str, Any],
                    sandbox: str) -> int:
-    """One container of a multi-container restore: counted; the last one refused."""
+    """One container of a multi-container restore, on a real build that restores them.
+
+    The root is restored at once (the real sandbox then waits for the rest);
+    the release's driver and remap checks come with the last container, where
+    the release's kernel load runs, and the cuda-checkpoint toggle after it.
+    """
+    cid, root, release = inv.container or "", emu.root(inv), emu.release
+    bundle = os.path.abspath(inv.flag("bundle") or os.getcwd())
+    if cid == sandbox:
+        on, driver, error = emu.sandbox_nvproxy(inv, spec)
+        emu.record["nvproxy"] = on
+        if error:
+            return emu.fail(inv, _restore_failed(release, error))
+        state = st.ContainerState(cid, sandbox, bundle, on,
+                                  on and gpu.gpu_requested(release, spec, inv.global_flags),
+                                  driver, emu.wants_real_nvproxy(spec, on))
+        st.write_container_state(root, state)
+        st.write_pending_restore(root, sandbox, {"restored": [cid], "driver": driver})
+        code = emu.run_real(inv)
+        if code != 0:
+            st.remove_state(root, cid)
+            st.remove_state(root, f"restore-{sandbox}")
+        return code
+    pending = st.read_pending_restore(root, sandbox)
+    parent = st.read_container_state(root, sandbox)
+    if pending is None or parent is None:
+        return emu.refuse(inv, f"restore of {cid!r}: its sandbox {sandbox!r} is not being "
+                          "restored; restore the sandbox's root container first")
+    restored = [*pending["restored"], cid]
+    last = not [c for c in note.containers if c not in restored]
+    if last:
+        st.remove_state(root, f"restore-{sandbox}")
+        error = _load_error(emu, note, pending.get("driver"))
+        if error:
+            return emu.fail(inv, _restore_failed(release, error))
+    else:
+        st.write_pending_restore(root, sandbox, {**pending, "restored": restored})
+    st.write_container_state(root, st.ContainerState(
+        cid, sandbox, bundle, parent.nvproxy,
+        parent.nvproxy and gpu.gpu_requested(release, spec, inv.global_flags),
+        parent.driver_version, parent.real_nvproxy))
+    code = emu.run_real(inv)
+    if code != 0:
+        st.remove_state(root, cid)
+        return code
+    if last:
+        _after_restore(emu, inv, note, sandbox)
+    return code
+
+
+def _restore_multi_refused(emu: Emulator, inv: Invocation, note: st.ImageNote,
+                           spec: dict[str, Any], sandbox: str) -> int:
+    """A real build that restores only a sandbox's root: each container counted, the
+    last one refused (after the release's own checks, which come at that point)."""
     cid, root, release = inv.container or "", emu.root(inv), emu.release
     if cid == sandbox:
         on, driver, error = emu.sandbox_nvproxy(inv, spec)
@@ -195,8 +260,7 @@ def _restore_multi(emu: Emulator, inv: Invocation, note: st.ImageNote, spec: dic
     error = _load_error(emu, note, pending.get("driver"))
     if error:
         return emu.fail(inv, _restore_failed(release, error))
-    debian = emu.debian.version_output.split()[2]
     return emu.refuse(inv, (
         f"{release.tag} would now load sandbox {sandbox!r} with containers "
-        f"{list(note.containers)} from the image, but Debian's runsc {debian} restores only "
-        "a single-container sandbox: nothing was restored"))
+        f"{list(note.containers)} from the image, but the real runsc {emu.real.tag} restores "
+        "only a single-container sandbox: nothing was restored"))

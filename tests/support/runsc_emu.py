@@ -7,12 +7,14 @@
     assert create.has_flag("nvproxy") and "nvproxy" in create.stripped
 
 `install_runsc` writes, into `bin_dir`, an executable ``runsc`` (a ``#!/bin/sh``
-that runs ``python -m ateom.testing.runsc_emulator`` with its config), the
+that runs ``python -m tests.support.runsc_emulator`` with its config), the
 config, the simulated host driver (a ``/proc/driver/nvidia/version``-style
 file) and GPU list, and names the record file the emulator appends a JSON
 line to per call (`RunscCall`). The release files are
-``shared/runsc/release-*.json`` (`RELEASES` lists them); the real work runs
-through Debian's runsc (`real_runsc`), which must be the 20221219 build.
+``tests/fixtures/runsc/release-*.json`` (`RELEASES` lists them); the real work runs
+through a real runsc (`real_runsc`: by default the ``runsc`` on ``$PATH``, the
+set-up's Debian build), probed once here (`runsc_real`) and described to the
+emulator in ``<name>.real.json``.
 """
 
 from __future__ import annotations
@@ -20,22 +22,24 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import ateom
-from ateom.testing.driver import DEFAULT_DRIVER_VERSION
-from ateom.testing.runsc_emu_gpu import SimGpu, proc_version_text
-from ateom.testing.runsc_release import DEBIAN, RELEASES, load_release, release_file
+from tests.support.driver import DEFAULT_DRIVER_VERSION
+from tests.support.runsc_emu_gpu import SimGpu, proc_version_text
+from tests.support.runsc_real import RealRunsc, real_profile_json
+from tests.support.runsc_real import real_runsc as probe_real
+from tests.support.runsc_release import RELEASES, load_release, release_file
 
 __all__ = ["RELEASES", "EmulatedRunsc", "RunscCall", "install_runsc"]
 
 _SCRIPT = """#!/bin/sh
-# runsc {tag}, emulated in front of {real} (ateom.testing.runsc_emu)
-PYTHONPATH={pythonpath} exec {python} -P -m ateom.testing.runsc_emulator {config} "$@"
+# runsc {tag}, emulated in front of {real} (tests.support.runsc_emu)
+PYTHONPATH={pythonpath} exec {python} -P -m tests.support.runsc_emulator {config} "$@"
 """
 
 
@@ -47,10 +51,10 @@ class RunscCall:
     command: str | None  # None when answered before a command ran (--version, usage errors)
     container: str | None
     exit_code: int
-    ran: tuple[tuple[str, ...], ...]  # Debian runsc command lines run, in order
-    stripped: tuple[str, ...]  # flags left out for Debian: "nvproxy", "restore:background"
+    ran: tuple[tuple[str, ...], ...]  # real runsc command lines run, in order
+    stripped: tuple[str, ...]  # flags the real build lacks: "nvproxy", "restore:background"
     nvproxy: bool | None  # the release's nvproxy decision (create/run/restore)
-    notes: tuple[str, ...]  # what the emulator did or said beyond Debian's runsc
+    notes: tuple[str, ...]  # what the emulator did or said beyond the real runsc
     release: str
 
     def has_flag(self, name: str) -> bool:
@@ -105,11 +109,26 @@ class EmulatedRunsc:
         self.gpus_file.write_text(json.dumps([g.to_json() for g in gpus]) + "\n")
 
 
+def default_real_runsc() -> str:
+    """The real runsc emulators run in front of: ``$ATEOM_TEST_EMU_REAL_RUNSC``, else
+    the ``runsc`` on ``$PATH`` (the set-up installs Debian's 0.0~20240729 or newer)."""
+    found = os.environ.get("ATEOM_TEST_EMU_REAL_RUNSC") or shutil.which("runsc")
+    if not found:
+        raise FileNotFoundError("no real runsc: set ATEOM_TEST_EMU_REAL_RUNSC or put runsc"
+                                " on $PATH (scripts/bootstrap.sh installs one)")
+    return found
+
+
+def real_of(emu: EmulatedRunsc) -> RealRunsc:
+    """The probed real runsc behind `emu`."""
+    return probe_real(json.loads(emu.config_path.read_text())["real_runsc"])
+
+
 def install_runsc(
     release: str,
     bin_dir: str | os.PathLike[str],
     *,
-    real_runsc: str = "/usr/bin/runsc",
+    real_runsc: str | None = None,
     driver_version: str | None = DEFAULT_DRIVER_VERSION,
     driver_version_file: str | os.PathLike[str] | None = None,
     gpus: Sequence[SimGpu] = (),
@@ -121,7 +140,8 @@ def install_runsc(
     (None: no driver), unless `driver_version_file` names a file the test
     keeps itself. `gpus` is the simulated host's GPU list. Files are named
     after `name`: ``<name>``, ``<name>.emu.json``, ``<name>.calls.jsonl``,
-    ``<name>.nvidia-version``, ``<name>.gpus.json``.
+    ``<name>.nvidia-version``, ``<name>.gpus.json``, ``<name>.real.json``.
+    `real_runsc` defaults to `default_real_runsc`.
     """
     if release.removeprefix("release-").split(".")[0] not in RELEASES:
         raise ValueError(f"runsc release {release!r}: not one of {', '.join(RELEASES)}")
@@ -139,14 +159,17 @@ def install_runsc(
         emu.set_driver_version(driver_version)
     emu.set_gpus(gpus)
     emu.clear_calls()
+    real = probe_real(real_runsc or default_real_runsc())
+    real_path = directory / f"{name}.real.json"
+    real_path.write_text(json.dumps(real_profile_json(real.release)) + "\n")
     emu.config_path.write_text(json.dumps({
-        "release_file": str(release_file(tag)), "debian_file": str(release_file(DEBIAN)),
-        "real_runsc": real_runsc, "record": str(emu.record_path),
+        "release_file": str(release_file(tag)), "real_profile": str(real_path),
+        "real_runsc": real.path, "record": str(emu.record_path),
         "driver_version_file": str(emu.driver_version_file), "gpus_file": str(emu.gpus_file),
     }, indent=1) + "\n")
-    package_root = Path(ateom.__file__).resolve().parents[1]
+    package_root = Path(__file__).resolve().parents[2]  # the repository: tests.support
     emu.path.write_text(_SCRIPT.format(
-        tag=tag, real=real_runsc, pythonpath=shlex.quote(str(package_root)),
+        tag=tag, real=f"{real.path} ({real.release.tag})", pythonpath=shlex.quote(str(package_root)),
         python=shlex.quote(sys.executable), config=shlex.quote(str(emu.config_path))))
     emu.path.chmod(0o755)
     return emu

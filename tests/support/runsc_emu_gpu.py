@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ateom.testing.runsc_release import FlagParse, Release, go_sprintf
+from tests.support.runsc_release import FlagParse, Release, go_sprintf
 
 NVPROXY_ANNOTATION = "dev.gvisor.internal.nvproxy"
 _TRUE = {"1", "t", "T", "TRUE", "true", "True"}
@@ -90,6 +90,13 @@ def _env(spec: Mapping[str, Any], name: str) -> list[str]:
 def _hooks(spec: Mapping[str, Any], kind: str) -> list[str]:
     hooks = (spec.get("hooks") or {}).get(kind) or ()
     return [str(h.get("path", "")) for h in hooks if isinstance(h, Mapping)]
+
+
+def lists_nvidia_devices(spec: Mapping[str, Any]) -> bool:
+    """Whether `spec`'s ``linux.devices`` names an NVIDIA node (``/dev/nvidia*``; pure)."""
+    devices = ((spec.get("linux") or {}).get("devices")) or ()
+    return any(isinstance(d, Mapping) and str(d.get("path", "")).startswith("/dev/nvidia")
+               for d in devices)
 
 
 def gpu_requested(release: Release, spec: Mapping[str, Any], flags: FlagParse) -> bool:

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ateom.testing.driver import FakeLibrary
+from tests.support.driver import FakeLibrary
 
 SIM_GPU_KIND = "nvidia.com/gpu"
 

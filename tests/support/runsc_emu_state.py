@@ -5,12 +5,12 @@ written through `ateom.safefs`: the emulator runs as root too):
 
 - per container: ``<-root>/.runsc-emulator/<id>.json`` (`ContainerState`:
   which sandbox, whether that sandbox has nvproxy, whether the container is a
-  GPU container, the driver the sandbox uses). Debian's runsc lists only its
+  GPU container, the driver the sandbox uses). The real runsc lists only its
   own ``<id>_sandbox:<sid>.state`` files, so it never sees this directory.
 - a multi-container restore in progress: ``<-root>/.runsc-emulator/restore-<sandbox>.json``.
 - per checkpoint image: ``<image-path>/runsc-emulator.json`` (`ImageNote`):
   what the release records inside its own image (driver version, GPUs for
-  remapping, cuda-checkpoint state) and Debian's image lacks.
+  remapping, cuda-checkpoint state) and the real image lacks.
 - the call record: one JSON line per call, in the file `install_runsc` names.
 
 Functions that read or write say so; the dataclasses are plain data.
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ateom import safefs
-from ateom.testing.runsc_emu_gpu import SimGpu, driver_version_from_proc
+from tests.support.runsc_emu_gpu import SimGpu, driver_version_from_proc
 
 STATE_DIR = ".runsc-emulator"
 IMAGE_NOTE = "runsc-emulator.json"
@@ -39,7 +39,7 @@ class EmuConfig:
     """What `install_runsc` wrote for the emulator (paths, all absolute)."""
 
     release_file: str
-    debian_file: str
+    real_profile: str  # the probed real runsc (`runsc_real.real_profile_json`)
     real_runsc: str
     record: str
     driver_version_file: str
@@ -55,7 +55,7 @@ class EmuConfig:
 
 @dataclass(frozen=True, slots=True)
 class ContainerState:
-    """What the release knows about a container that Debian's runsc does not."""
+    """What the release knows about a container that the real runsc does not."""
 
     container: str
     sandbox: str
@@ -63,6 +63,10 @@ class ContainerState:
     nvproxy: bool  # the sandbox's nvproxy
     gpu: bool  # asks for GPUs in an nvproxy sandbox: its processes are GPU clients
     driver_version: str | None  # the driver the sandbox's nvproxy uses
+    # The real runsc behind runs this sandbox with its own nvproxy (pinned to a
+    # driver it knows): a spec with NVIDIA device nodes needs it there (Debian's
+    # 0.0~20240729 panics creating them without it).
+    real_nvproxy: bool = False
 
     @property
     def is_sandbox_root(self) -> bool:
@@ -243,7 +247,7 @@ def sandbox_of(spec: Mapping[str, Any] | None, container: str) -> str:
 
 
 def pids_from_ps(output: str) -> list[int]:
-    """PIDs from ``runsc ps -format json`` ([1, 2] on Debian, objects on newer; pure)."""
+    """PIDs from ``runsc ps -format json`` ([1, 2] on Debian's 2022 build, objects on newer; pure)."""
     start = output.find("[")
     try:
         items: Sequence[Any] = json.loads(output[start:]) if start >= 0 else []

@@ -16,26 +16,26 @@ Needs gcc for the libraries and /bin/busybox for bundles; nothing here is
 imported by the daemon itself.
 """
 
-from ateom.testing.bundle import (
+from tests.support.bundle import (
     BUSYBOX,
     build_busybox_bundle,
     host_loader_mounts,
     read_config,
     write_config,
 )
-from ateom.testing.driver import (
+from tests.support.driver import (
     DEFAULT_DRIVER_VERSION,
     FakeLibrary,
     build_cuda_probe,
     build_fake_driver_libs,
     compile_shared_library,
 )
-from ateom.testing.runtime import (
+from tests.support.runtime import (
     ContainerResult,
     run_container,
     runtime_available,
 )
-from ateom.testing.spec import (
+from tests.support.spec import (
     SIM_GPU_KIND,
     STAND_IN_DEVICES,
     write_sim_gpu_spec,
@@ -63,13 +63,13 @@ __all__ = [
 # The runsc release emulator (``runsc_emu``): any gVisor release from the
 # shared release files, in front of Debian's real runsc; and a stand-in
 # cuda-checkpoint for inside a sandbox.
-from ateom.testing.cuda_checkpoint_stub import (  # noqa: E402
+from tests.support.cuda_checkpoint_stub import (  # noqa: E402
     CudaCheckpointStub,
     install_cuda_checkpoint_stub,
 )
-from ateom.testing.runsc_emu import RELEASES as RUNSC_RELEASES  # noqa: E402
-from ateom.testing.runsc_emu import EmulatedRunsc, RunscCall, install_runsc  # noqa: E402
-from ateom.testing.runsc_emu_gpu import SimGpu, sim_gpus  # noqa: E402
+from tests.support.runsc_emu import RELEASES as RUNSC_RELEASES  # noqa: E402
+from tests.support.runsc_emu import EmulatedRunsc, RunscCall, install_runsc  # noqa: E402
+from tests.support.runsc_emu_gpu import SimGpu, sim_gpus  # noqa: E402
 
 __all__ += [
     "RUNSC_RELEASES",

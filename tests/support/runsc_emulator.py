@@ -1,21 +1,25 @@
-"""runsc as one gVisor release behaves, in front of Debian's real runsc (executable).
+"""runsc as one gVisor release behaves, in front of a real runsc (executable).
 
-``python -m ateom.testing.runsc_emulator CONFIG ARGS...`` is what the
+``python -m tests.support.runsc_emulator CONFIG ARGS...`` is what the
 ``runsc`` script `install_runsc` writes runs. Per call:
 
 1. `interpret` answers what the release only prints (``--version``, ``help``,
    ``flags``, usage errors, ``nvproxy list-supported-drivers``) byte for byte;
-2. otherwise the command runs through Debian's runsc with the flags Debian
-   lacks left out (`debian_argv`), stdio inherited (the sandbox keeps them);
-3. around that, what the release does that Debian cannot (``create``/``run``/
-   ``restore``: nvproxy decision and driver check; ``checkpoint``:
-   cuda-checkpoint inside the sandbox, the live-client panic, GPU identities;
-   ``restore``: driver-changed refusal, GPU remap, multi-container restore);
+2. otherwise the command runs through the real runsc (Debian's, probed:
+   `runsc_real`) with the flags that build lacks left out (`real_argv`), stdio
+   inherited (the sandbox keeps them);
+3. around that, what the release does that the real build cannot
+   (``create``/``run``/``restore``: nvproxy decision and driver check;
+   ``checkpoint``: cuda-checkpoint inside the sandbox, the live-client panic,
+   GPU identities; ``restore``: driver-changed refusal, GPU remap);
 4. one JSON line per call goes to the record file (`RunscCall`).
 
-Where the emulator cannot do what the release would (a multi-container
-restore: Debian restores only a sandbox's root), it says so on stderr,
-starting "runsc emulator (ateom.testing):", and exits 128.
+A sandbox whose root spec lists NVIDIA device nodes runs on the real build's
+own nvproxy where it has one, pinned to the newest driver it knows (there is no
+GPU here; the emulator applies the emulated release's driver rules itself).
+Where the real build cannot do what the release would (a multi-container
+restore on Debian's 2022 build), the emulator says so on stderr, starting
+"runsc emulator (tests.support):", and exits 128.
 """
 
 from __future__ import annotations
@@ -31,19 +35,23 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
-from ateom.testing import runsc_emu_cuda as cuda
-from ateom.testing import runsc_emu_gpu as gpu
-from ateom.testing import runsc_emu_save as save
-from ateom.testing import runsc_emu_state as st
-from ateom.testing.runsc_emu_cli import EXIT_FAILURE, Answer, Invocation, debian_argv, interpret
-from ateom.testing.runsc_release import FlagParse, Release, load_release
+from tests.support import runsc_emu_cuda as cuda
+from tests.support import runsc_emu_gpu as gpu
+from tests.support import runsc_emu_save as save
+from tests.support import runsc_emu_state as st
+from tests.support.runsc_emu_cli import EXIT_FAILURE, Answer, Invocation, interpret, real_argv
+from tests.support.runsc_real import newest_driver, profile_from_json, restores_subcontainers
+from tests.support.runsc_release import FlagParse, Release, load_release
 
-REFUSAL = "runsc emulator (ateom.testing): "
+REFUSAL = "runsc emulator (tests.support): "
 _FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT,
               signal.SIGUSR1, signal.SIGUSR2)
 # Flags the emulator's own helper calls (exec, ps, state) leave out: their
 # logs are not the command's.
 _HELPER_DROPS = ("log", "alsologtostderr", "debug", "debug-log")
+# The emulated release's nvproxy flags never reach a real build that runs the
+# sandbox on its own nvproxy: the emulator pins that build's driver instead.
+_NVPROXY_FLAGS = ("nvproxy", "nvproxy-driver-version", "nvproxy-allow-unsupported-driver")
 
 
 class Emulator:
@@ -52,27 +60,53 @@ class Emulator:
     def __init__(self, config: st.EmuConfig) -> None:
         self.config = config
         self.release = load_release(config.release_file)
-        self._debian: Release | None = None
+        self._real: Release | None = None
         self.record: dict[str, Any] = {
             "release": self.release.tag, "argv": [], "command": None, "container": None,
             "ran": [], "stripped": [], "nvproxy": None, "notes": [], "exit_code": None,
         }
 
     @property
-    def debian(self) -> Release:
-        """Debian's release file, read when a command runs (answers do not need it)."""
-        if self._debian is None:
-            self._debian = load_release(self.config.debian_file)
-        return self._debian
+    def real(self) -> Release:
+        """The probed real runsc, read when a command runs (answers do not need it)."""
+        if self._real is None:
+            with open(self.config.real_profile, "rb") as f:
+                self._real = profile_from_json(json.load(f))
+        return self._real
 
-    # --- running Debian's runsc ---------------------------------------------
+    @property
+    def real_restores_subcontainers(self) -> bool:
+        return restores_subcontainers(self.real)
+
+    def wants_real_nvproxy(self, spec: dict[str, Any], emulated_on: bool) -> bool:
+        """Whether the real build runs a sandbox booting from `spec` on its nvproxy."""
+        if "nvproxy" not in self.real.flags or newest_driver(self.real) is None:
+            return False
+        return emulated_on or gpu.lists_nvidia_devices(spec)
+
+    # --- running the real runsc ---------------------------------------------
+
+    def _real_nvproxy(self, inv: Invocation) -> bool:
+        if inv.command in ("create", "run", "restore") and inv.container:
+            own = st.read_container_state(self.root(inv), inv.container)
+            return bool(own and own.real_nvproxy)
+        cid = inv.container if inv.command not in ("list", "help", "flags") else None
+        own = st.read_container_state(self.root(inv), cid) if cid else None
+        if own is None:
+            return False
+        head = st.read_container_state(self.root(inv), own.sandbox)
+        return bool(head and head.real_nvproxy)
 
     def _argv(self, inv: Invocation, drop: Sequence[str] = ()) -> list[str]:
-        call = debian_argv(inv, self.debian, drop_global=drop)
-        return [self.config.real_runsc, *call.argv]
+        pinned: list[str] = []
+        if self._real_nvproxy(inv):
+            drop = (*drop, *_NVPROXY_FLAGS)
+            pinned = ["--nvproxy", f"--nvproxy-driver-version={newest_driver(self.real)}"]
+        call = real_argv(inv, self.real, drop_global=drop)
+        return [self.config.real_runsc, *pinned, *call.argv]
 
     def run_real(self, inv: Invocation) -> int:
-        """Run `inv` through Debian's runsc, stdio inherited, signals forwarded."""
+        """Run `inv` through the real runsc, stdio inherited, signals forwarded."""
         argv = self._argv(inv)
         self.record["ran"].append(argv)
         child = subprocess.Popen(argv)
@@ -137,11 +171,11 @@ class Emulator:
             self.record["notes"].append("answered from the release file")
             return outcome.exit_code
         self.record["command"], self.record["container"] = outcome.command, outcome.container
-        self.record["stripped"] = list(debian_argv(outcome, self.debian).stripped)
+        self.record["stripped"] = list(real_argv(outcome, self.real).stripped)
         missing = outcome.command if outcome.command != "help" else (outcome.args or ("",))[0]
-        if missing in self.release.top_level_commands - self.debian.top_level_commands:
+        if missing in self.release.top_level_commands - self.real.top_level_commands:
             return self.refuse(outcome, f"{self.release.tag}'s {missing!r} command is not "
-                                f"emulated: Debian's runsc has no such command")
+                                f"emulated: the real runsc {self.real.tag} has no such command")
         handlers: dict[str, Callable[[Invocation], int]] = {
             "create": self._create, "run": self._create, "delete": self._delete,
             "checkpoint": partial(save.checkpoint, self), "restore": partial(save.restore, self)}
@@ -154,21 +188,24 @@ class Emulator:
         cid = inv.container
         spec = st.read_spec(inv.flag("bundle") or os.getcwd())
         if cid is None or spec is None:
-            return self.run_real(inv)  # Debian reports the usage or spec error
+            return self.run_real(inv)  # the real runsc reports the usage or spec error
         root, sandbox = self.root(inv), st.sandbox_of(spec, cid)
         if sandbox == cid:
             on, driver, error = self.sandbox_nvproxy(inv, spec)
             self.record["nvproxy"] = on
             if error:
                 return self.fail(inv, f"creating container: {error}")
+            real_nvproxy = self.wants_real_nvproxy(spec, on)
         else:
             parent = st.read_container_state(root, sandbox)
             on = bool(parent and parent.nvproxy)
             driver = parent.driver_version if parent else None
+            real_nvproxy = bool(parent and parent.real_nvproxy)
         self.record["nvproxy"] = on
         st.write_container_state(root, st.ContainerState(
             cid, sandbox, inv.flag("bundle") or os.getcwd(), on,
-            on and gpu.gpu_requested(self.release, spec, inv.global_flags), driver))
+            on and gpu.gpu_requested(self.release, spec, inv.global_flags), driver,
+            real_nvproxy))
         code = self.run_real(inv)
         if code != 0 and inv.command == "create":
             st.remove_state(root, cid)
@@ -231,7 +268,7 @@ class Emulator:
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args:
-        sys.stderr.write("usage: python -m ateom.testing.runsc_emulator CONFIG [runsc args]\n")
+        sys.stderr.write("usage: python -m tests.support.runsc_emulator CONFIG [runsc args]\n")
         return 2
     emulator = Emulator(st.EmuConfig.read(args[0]))
     code = 125  # the emulator itself failed: its traceback is on stderr

@@ -6,9 +6,9 @@ plus the commander's usage, exit 2), then ``--version``/``-help``, then the
 command. Commands that only print (``help``, ``flags``, ``nvproxy
 list-supported-drivers``) and every usage error are answered here, byte for
 byte from the release file (an `Answer`); anything else becomes an
-`Invocation` for the emulator to run. `debian_argv` then drops what Debian's
-2022 runsc lacks: flags absent from the 20221219 release file, computed, not
-listed by hand.
+`Invocation` for the emulator to run. `real_argv` then drops what the real
+runsc behind the emulator lacks: flags absent from its probed surface
+(`runsc_real`), computed, not listed by hand.
 
 Streams and exit codes follow ``output_formats`` of the release files,
 checked against Debian's binary for 20221219; the newer releases' usage
@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ateom.testing.runsc_release import (
+from tests.support.runsc_release import (
     FlagParse,
     Release,
     command_help,
@@ -134,30 +134,30 @@ def interpret(release: Release, argv: Sequence[str]) -> Answer | Invocation:
 
 
 @dataclass(frozen=True, slots=True)
-class DebianCall:
-    """The argv (after ``runsc``) for Debian's runsc, and what was left out."""
+class RealCall:
+    """The argv (after ``runsc``) for the real runsc, and what was left out."""
 
     argv: tuple[str, ...]
     stripped: tuple[str, ...]  # "nvproxy", "restore:background" (ateom's probe names)
 
 
-def debian_argv(inv: Invocation, debian: Release, *,
-                drop_global: Sequence[str] = ()) -> DebianCall:
-    """`inv` for Debian's runsc: flags that release lacks left out (pure).
+def real_argv(inv: Invocation, real: Release, *,
+              drop_global: Sequence[str] = ()) -> RealCall:
+    """`inv` for the real runsc: flags that build lacks left out (pure).
 
-    `drop_global` removes flags Debian has too (e.g. ``log`` for the
+    `drop_global` removes flags the real build has too (e.g. ``log`` for the
     emulator's own helper calls).
     """
     argv: list[str] = []
     stripped: list[str] = []
     for use in inv.global_flags.used:
-        if use.name in debian.flags and use.name not in drop_global:
+        if use.name in real.flags and use.name not in drop_global:
             argv += use.tokens
         elif use.name not in drop_global:
             stripped.append(use.name)
     argv.append(inv.command)
     if inv.command_flags is not None:
-        known = debian.commands.get(inv.command)
+        known = real.commands.get(inv.command)
         for use in inv.command_flags.used:
             if known is not None and use.name in known.flags:
                 argv += use.tokens
@@ -166,4 +166,4 @@ def debian_argv(inv: Invocation, debian: Release, *,
         if inv.command_flags.terminated:
             argv.append("--")
     argv += inv.args
-    return DebianCall(tuple(argv), tuple(stripped))
+    return RealCall(tuple(argv), tuple(stripped))

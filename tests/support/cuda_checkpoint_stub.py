@@ -38,7 +38,7 @@ Mode = Literal["ok", "fail", "hang"]
 # One printf per run: parallel runs (the sentry toggles CUDA processes in
 # parallel) append whole lines.
 _SCRIPT = """#!/bin/sh
-# Stand-in for NVIDIA's cuda-checkpoint in a test sandbox (ateom.testing.cuda_checkpoint_stub).
+# Stand-in for NVIDIA's cuda-checkpoint in a test sandbox (tests.support.cuda_checkpoint_stub).
 here=${0%/*}
 line=$0
 for a in "$@"; do line="$line	$a"; done

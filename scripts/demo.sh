@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The main job on bundled fixtures, driven with grpcurl as an operator would:
-#   1. a GPU actor: what it sees, a GPU checkpoint through cuda-checkpoint, its record;
+#   1. a GPU actor: what it sees, a GPU checkpoint through cuda-checkpoint, its record,
+#      and its restore (root, then app) with the app continuing from memory;
 #   2. a restore refused on a worker whose driver differs, with the reason;
 #   3. a CPU actor whose in-memory counter survives checkpoint -> restore;
 #   4. a 4-GPU worker in exclusive mode: 6 intermittent actors take turns;
@@ -84,7 +85,7 @@ install_cuda_checkpoint_stub(base / "cuda-checkpoint", record_dir="/cuda-stub")
 lib = "/usr/local/nvidia/lib64"
 report = (f"echo '--- env'; env | grep -E 'NVIDIA|LD_LIBRARY' | sort; "
           f"echo '--- driver libraries'; ls -l {lib}; echo '--- end'; "
-          "while true; do sleep 1; done")
+          "i=0; while true; do i=$((i+1)); echo gpu-tick=$i; sleep 0.2; done")
 def actor(uid, app_args, stub=False):
     bundles = base / "actors" / uid / "bundles"
     build_busybox_bundle(bundles / "_pause", ["sleep", "100000"])
@@ -101,17 +102,15 @@ count = "i=0; while true; do i=$((i+1)); echo counter=$i; sleep 0.2; done"
 build_busybox_bundle(base / "actors" / "counter" / "bundles" / "_pause", ["sh", "-c", count])
 PY
 
-# Debian's runsc (2022) has no --nvproxy and no --cuda-checkpoint-path. The demo runs an
-# emulated gVisor release in front of it (tests.support.runsc_emu, as the e2e tests do):
-# it answers as that release (--version, flags, help), applies its GPU rules, runs
-# cuda-checkpoint inside the sandbox through the real runsc (runsc exec), runs the real
-# runsc without the flags Debian lacks, and records each call.
+# The set-up's runsc is Debian's 0.0~20240729 (or newer): it restores multi-container
+# sandboxes and has --nvproxy, but no --cuda-checkpoint-path and no driver newer than
+# 550.90.07. The demo runs an emulated gVisor release in front of it (tests.support, as
+# the e2e tests do, built from the release facts in tests/fixtures/runsc): it answers as
+# that release (--version, flags, help), applies its GPU rules, runs cuda-checkpoint
+# inside the sandbox through the real runsc (runsc exec), and passes everything else to
+# the real runsc, which does the real create, checkpoint and restore.
 RUNSC_RELEASE=${ATEOM_DEMO_RUNSC_RELEASE:-20260817}
-RELEASES_DIR=${ATEOM_RUNSC_RELEASES_DIR:-../shared/runsc}
-[ -f "$RELEASES_DIR/release-$RUNSC_RELEASE.0.json" ] || {
-    echo "demo: $RELEASES_DIR/release-$RUNSC_RELEASE.0.json not found: the emulated runsc is built" \
-         "from the shared runsc release facts; place the shared folder beside this checkout" \
-         "(or set ATEOM_RUNSC_RELEASES_DIR)" >&2; exit 1; }
+echo "real runsc: $(command -v runsc) ($(runsc --version | head -n 1))"
 "$PYTHON" - "$DEMO" "$RUNSC_RELEASE" "$(command -v runsc)" <<'PY'
 import sys
 from tests.support import install_runsc, sim_gpus
@@ -151,9 +150,23 @@ holders
 
 step "RestoreWorkload gpu-demo: the record fits this worker, runsc restores the root then the app"
 cp -r "$DEMO/actors/gpu-demo/checkpoint" "$DEMO/actors/gpu-demo/restore"
-echo "(the release restores multi-container sandboxes; Debian's runsc under the emulator cannot, and says so)"
-refused ateom.Ateom/RestoreWorkload "{\"actor_uid\":\"gpu-demo\",\"preserve_restore_dir\":true,\"spec\":{\"containers\":[{\"name\":\"app\"}]},\"actor_dirs\":$(dirs gpu-demo)}"
-echo "nothing left behind: runsc list is empty: [$(runsc --root "$DEMO/run/actors/gpu-demo" list -quiet 2>/dev/null || true)]"
+applog=$DEMO/run/logs/gpu-demo/app.log
+saved=$(grep -o 'gpu-tick=[0-9]*' "$applog" | tail -n 1)
+call ateom.Ateom/RestoreWorkload "{\"actor_uid\":\"gpu-demo\",\"preserve_restore_dir\":true,\"spec\":{\"containers\":[{\"name\":\"app\"}]},\"actor_dirs\":$(dirs gpu-demo)}" >/dev/null
+for _ in $(seq 100); do
+    [ "$(grep -o 'gpu-tick=[0-9]*' "$applog" | tail -n 1)" != "$saved" ] && break; sleep 0.1
+done
+sleep 0.6
+now=$(grep -o 'gpu-tick=[0-9]*' "$applog" | tail -n 1)
+echo "the app's counter at the checkpoint: $saved; after the restore: $now (continued from memory)"
+# Continued, not restarted: the tick after the saved one follows it, and the count never began again.
+[ "${now#gpu-tick=}" -gt "${saved#gpu-tick=}" ] && [ "$(grep -c '^gpu-tick=1$' "$applog")" -eq 1 ] \
+    || { echo "demo: the restored app did not continue from its checkpoint" >&2; exit 1; }
+echo "the app's cuda-checkpoint runs after the restore (toggled back to running):"
+tail -n 1 "$DEMO/actors/gpu-demo/cuda-stub/calls" | sed 's/^/  /'
+call ateom.Inspect/ListActors '{}' | grep -E '"(actor_uid|phase|state)"' | head -4
+call ateom.Ateom/TerminateWorkload '{"actor_uid":"gpu-demo"}' >/dev/null
+echo "terminated: runsc list is empty: [$(runsc --root "$DEMO/run/actors/gpu-demo" list -quiet 2>/dev/null || true)]"
 
 step "2. the same restore on a worker whose driver differs: refused from the record, before any runsc call"
 stop_daemon

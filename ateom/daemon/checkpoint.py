@@ -74,7 +74,10 @@ def save(sandbox: Sandbox, image_path: str, uid: str, *, flags: Sequence[str] = 
         with phase(phase_name, container=root):
             runsc.checkpoint(root, image_path, flags=flags, timeout=timeout)
     except RunscError as exc:
-        if not exc.timed_out and runsc.status(root) == "running":
+        # Keep or terminate follows what happened to the sandbox, not runsc's
+        # exit code: 20260817 refuses some saves and keeps the sandbox; 20240729
+        # kills it for the same cause (nvproxy.frontendFD is not saveable).
+        if not exc.timed_out and runsc.running(root):
             raise SaveRefused(f"runsc refused to checkpoint actor {uid}; it keeps running:"
                               f" {exc.reason}\n{exc.tail}") from exc
         raise

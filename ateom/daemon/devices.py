@@ -113,3 +113,22 @@ def check_nvproxy(info: RunscInfo) -> None:
             " --nvproxy; install a runsc built with nvproxy",
             code=ErrorCode.FAILED_PRECONDITION,
         )
+
+
+def check_nvproxy_driver(info: RunscInfo, driver: str) -> None:
+    """The driver ABI a GPU sandbox's nvproxy will use must be one this runsc knows
+    (pure over the probe). Outside its list the sentry dies at boot with a FATAL
+    only its debug log shows, and the CLI says just "waiting for sandbox to start:
+    EOF"; so the actor is refused before anything is created. `driver` is
+    ``--nvproxy-driver-version`` or the node's; "" (unknown) and a runsc that
+    lists nothing pass, and runsc decides."""
+    known = info.supported_drivers
+    if not driver or not known or driver in known:
+        return
+    raise AteomError(
+        f"this actor needs GPUs, and runsc {info.path} (version {info.version}) does not"
+        f" support NVIDIA driver {driver}: its nvproxy knows {len(known)} driver(s),"
+        f" {known[0]} to {known[-1]}; set --nvproxy-driver-version to one it supports"
+        f" (the ABI closest to the node's driver) or install a newer runsc",
+        code=ErrorCode.FAILED_PRECONDITION,
+    )

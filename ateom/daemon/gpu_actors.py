@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import structlog
 
-from ateom.daemon import events, gpu_checkpoint, gpu_record
+from ateom.daemon import devices, events, gpu_checkpoint, gpu_record
 from ateom.daemon.actors import Actor, Phase
 from ateom.daemon.gpu_checkpoint import Blocker
 from ateom.daemon.gpu_pool import GpuPool, request_for
@@ -48,11 +48,12 @@ class GpuSave:
 class GpuActors:
     def __init__(self, pool: GpuPool, node: NodeSettings, *, cuda_checkpoint: str,
                  nvproxy_capabilities: str, actors_root: str,
-                 environ: Mapping[str, str]) -> None:
+                 environ: Mapping[str, str], nvproxy_driver_version: str = "") -> None:
         self.pool = pool
         self.node = node
         self.configured_tool = cuda_checkpoint
         self.capabilities = nvproxy_capabilities
+        self.nvproxy_driver_version = nvproxy_driver_version
         self.actors_root = actors_root
         self.path_env = environ.get("PATH", os.defpath)
 
@@ -98,6 +99,19 @@ class GpuActors:
 
     def tool_searched(self) -> str:
         return ", ".join(self.tool()[1])
+
+    def check_driver(self, info: RunscInfo, view: DeviceView) -> None:
+        """Refuse (FAILED_PRECONDITION) an actor that gets GPUs when the driver its
+        nvproxy would use is not one `info`'s runsc supports (reads the GPU
+        inventory once)."""
+        if view.registry is None or not view.pod_default:
+            return
+        driver = self.nvproxy_driver_version or self.pool.worker().driver_version
+        try:
+            devices.check_nvproxy_driver(info, driver)
+        except AteomError:
+            events.refused("run", "unsupported_driver")
+            raise
 
     def tools(self, view: DeviceView) -> GpuTools:
         """What the actor's GPU containers get for checkpoints (stats the tool)."""

@@ -42,15 +42,17 @@ class Hosting:
         self.store = store
         self.injector = injector
 
-    def runsc_for(self, uid: str, info: RunscInfo) -> Runsc:
-        """The actor's runsc: its state root, its log dir (made here), the flags."""
+    def runsc_for(self, uid: str, info: RunscInfo, *, gpu: bool = False) -> Runsc:
+        """The actor's runsc: its state root, its log dir (made here), the flags
+        (`gpu`: a GPU sandbox, the nvproxy flags on every call)."""
         config = self.config
         log_dir = os.path.join(config.log_root, uid)
         os.makedirs(log_dir, mode=0o750, exist_ok=True)
         target = RunscTarget(info=info, root=os.path.join(config.state_root, uid),
                              global_flags=config.runsc_global_flags,
                              nvproxy=NvproxyOptions(config.nvproxy_driver_version,
-                                                    config.nvproxy_capabilities))
+                                                    config.nvproxy_capabilities),
+                             gpu=gpu)
         return Runsc(target, self.reaper, log_dir, config.runsc_timeout,
                      log_names={sandbox_root_id(uid, config.pause_container):
                                 config.pause_container})

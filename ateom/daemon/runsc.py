@@ -2,9 +2,11 @@
 
 Every call is ``runsc -log-format json --alsologtostderr -root <actor state
 dir> [-log FILE] [global flags...] <subcommand> <its flags> <container>``.
-GPU flags (`--nvproxy` and its driver options) are global flags that must
-be present when the sandbox is created or restored, so they go on `create`
-and `restore` of the sandbox's root container only.
+GPU flags (`--nvproxy` and its driver options) go on every call for a GPU
+sandbox (`RunscTarget.gpu`): nvproxy must be on when the sandbox is created
+or restored, and runsc decides per call from its flags how to treat the spec
+it reads (a sub-container's create or restore without them reads its NVIDIA
+devices as a non-GPU sandbox would).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ class RunscTarget:
     root: str  # the actor's -root directory
     global_flags: tuple[str, ...] = ()
     nvproxy: NvproxyOptions = NvproxyOptions()
+    gpu: bool = False  # a GPU sandbox: the nvproxy flags on every call
 
 
 # runsc names a sandbox's control socket after its root container's id in the
@@ -62,12 +65,12 @@ def sandbox_root_id(uid: str, pause: str) -> str:
     return f"{uid[:keep]}-{digest}_{pause.lstrip('_')}"
 
 
-def _base(t: RunscTarget, log_file: str | None, gpu: bool) -> list[str]:
+def _base(t: RunscTarget, log_file: str | None) -> list[str]:
     argv = [t.info.path, "-log-format", "json", "--alsologtostderr", "-root", t.root]
     if log_file:
         argv += ["-log", log_file]
     argv += list(t.global_flags)
-    if gpu:
+    if t.gpu:
         argv += nvproxy_flags(t)
     return argv
 
@@ -83,13 +86,13 @@ def nvproxy_flags(t: RunscTarget) -> list[str]:
 
 
 def create_argv(
-    t: RunscTarget, name: str, bundle: str, pid_file: str, *, gpu: bool, log_file: str | None
+    t: RunscTarget, name: str, bundle: str, pid_file: str, *, log_file: str | None
 ) -> list[str]:
-    return [*_base(t, log_file, gpu), "create", "-bundle", bundle, "-pid-file", pid_file, name]
+    return [*_base(t, log_file), "create", "-bundle", bundle, "-pid-file", pid_file, name]
 
 
 def start_argv(t: RunscTarget, name: str, *, log_file: str | None = None) -> list[str]:
-    return [*_base(t, log_file, False), "start", name]
+    return [*_base(t, log_file), "start", name]
 
 
 def checkpoint_argv(
@@ -97,7 +100,7 @@ def checkpoint_argv(
     flags: Sequence[str] = (),
 ) -> list[str]:
     """`flags`: the checkpoint command's own extras (GPU: --cuda-checkpoint-path=...)."""
-    argv = _base(t, log_file, False)
+    argv = _base(t, log_file)
     # Newer runsc refuses to save a sandbox with connected sockets unless told.
     if t.info.supports("allow-connected-on-save"):
         argv.append("-allow-connected-on-save")
@@ -106,9 +109,9 @@ def checkpoint_argv(
 
 def restore_argv(
     t: RunscTarget, name: str, bundle: str, image_path: str, pid_file: str, *,
-    gpu: bool, log_file: str | None,
+    log_file: str | None,
 ) -> list[str]:
-    argv = [*_base(t, log_file, gpu), "restore", "-bundle", bundle, "-image-path", image_path,
+    argv = [*_base(t, log_file), "restore", "-bundle", bundle, "-image-path", image_path,
             "-pid-file", pid_file]
     if t.info.supports("restore:background"):
         argv.append("-background")
@@ -116,27 +119,38 @@ def restore_argv(
 
 
 def kill_argv(t: RunscTarget, name: str, sig: str) -> list[str]:
-    return [*_base(t, None, False), "kill", name, sig]
+    return [*_base(t, None), "kill", name, sig]
 
 
 def wait_argv(t: RunscTarget, name: str) -> list[str]:
-    return [*_base(t, None, False), "wait", name]
+    return [*_base(t, None), "wait", name]
 
 
 def state_argv(t: RunscTarget, name: str) -> list[str]:
-    return [*_base(t, None, False), "state", name]
+    return [*_base(t, None), "state", name]
 
 
 def delete_argv(t: RunscTarget, name: str) -> list[str]:
-    return [*_base(t, None, False), "delete", "-force", name]
+    return [*_base(t, None), "delete", "-force", name]
 
 
 def list_argv(t: RunscTarget) -> list[str]:
-    return [*_base(t, None, False), "list", "-quiet"]
+    return [*_base(t, None), "list", "-quiet"]
 
 
 def events_stats_argv(t: RunscTarget, name: str) -> list[str]:
-    return [*_base(t, None, False), "events", "--stats", name]
+    return [*_base(t, None), "events", "--stats", name]
+
+
+def process_alive(pid: int) -> bool:
+    """Whether `pid` exists and is not a zombie (reads /proc/<pid>/stat)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    # The state letter follows the command name's closing parenthesis.
+    return stat[stat.rfind(b")") + 2:][:1] not in (b"Z", b"X", b"")
 
 
 def read_tail(path: str, offset: int, limit: int = LOG_TAIL_BYTES) -> str:
@@ -272,10 +286,9 @@ class Runsc:
         return self.reaper.run_capture(argv, timeout=self.timeout,
                                        stderr_path=os.path.join(self.log_dir, "runsc.log"))
 
-    def create(self, name: str, bundle: str, pid_file: str, *, gpu: bool,
+    def create(self, name: str, bundle: str, pid_file: str, *,
                meanwhile: Callable[[], None] | None = None) -> None:
-        argv = create_argv(self.target, name, bundle, pid_file, gpu=gpu,
-                           log_file=self.runsc_log(name))
+        argv = create_argv(self.target, name, bundle, pid_file, log_file=self.runsc_log(name))
         self._run("create", name, argv, check=True, meanwhile=meanwhile)
 
     def start(self, name: str) -> None:
@@ -289,8 +302,8 @@ class Runsc:
         self._run("checkpoint", name, argv, check=True, timeout=timeout)
 
     def restore(self, name: str, bundle: str, image_path: str, pid_file: str, *,
-                gpu: bool, meanwhile: Callable[[], None] | None = None) -> None:
-        argv = restore_argv(self.target, name, bundle, image_path, pid_file, gpu=gpu,
+                meanwhile: Callable[[], None] | None = None) -> None:
+        argv = restore_argv(self.target, name, bundle, image_path, pid_file,
                             log_file=self.runsc_log(name))
         self._run("restore", name, argv, check=True, meanwhile=meanwhile)
 
@@ -316,22 +329,34 @@ class Runsc:
         return [line.strip() for line in done.output.splitlines()
                 if line.strip() and not line.lstrip().startswith("{")]
 
-    def status(self, name: str) -> str:
-        """The container's status ("created", "running", "stopped"), or "" if unknown."""
+    def state(self, name: str) -> dict[str, object]:
+        """``runsc state`` of the container as JSON ({} when runsc could not say)."""
         done = self._capture(state_argv(self.target, name))
         if done.returncode != 0:
-            return ""
+            return {}
         start = done.output.find("{\n")
         if start < 0:
             start = done.output.find("{")
         try:
             state = json.loads(done.output[start:]) if start >= 0 else {}
         except ValueError:
-            for obj in parse_json_lines(done.output):
-                if "status" in obj:
-                    return str(obj["status"])
-            return ""
-        return str(state.get("status", ""))
+            found = [obj for obj in parse_json_lines(done.output) if "status" in obj]
+            return found[0] if found else {}
+        return state if isinstance(state, dict) else {}
+
+    def status(self, name: str) -> str:
+        """The container's status ("created", "running", "stopped"), or "" if unknown."""
+        return str(self.state(name).get("status", ""))
+
+    def running(self, name: str) -> bool:
+        """Whether the container's sandbox really runs: runsc says "running" and the
+        pid it names is alive. runsc's word alone is not enough: after a save (and
+        a failed one that killed the sentry, as 0.0~20240729's does) ``runsc
+        state`` still says "running", with a dead pid (reads /proc)."""
+        state = self.state(name)
+        pid = state.get("pid")
+        return (state.get("status") == "running" and isinstance(pid, int) and pid > 0
+                and process_alive(pid))
 
     def stats(self, name: str) -> dict[str, object]:
         done = self._capture(events_stats_argv(self.target, name))

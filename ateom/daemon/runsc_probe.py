@@ -35,6 +35,9 @@ class RunscInfo:
     version: str
     global_flags: frozenset[str]
     command_flags: tuple[tuple[str, frozenset[str]], ...] = ()
+    # `runsc nvproxy list-supported-drivers` (() when the build has no such list):
+    # a driver outside it is a boot FATAL that the CLI reports only as "EOF".
+    supported_drivers: tuple[str, ...] = ()
 
     def supports(self, flag: str) -> bool:
         """A global flag (``nvproxy``) or ``command:flag`` (``restore:background``)."""
@@ -67,6 +70,16 @@ class RunscInfo:
 def parse_flags(text: str) -> frozenset[str]:
     """Flag names from Go `flag` usage output (``  -name type`` lines; pure)."""
     return frozenset(_FLAG_RE.findall(text))
+
+
+_DRIVER_RE = re.compile(r"^\s*(\d+\.\d+(?:\.\d+)?)\s*$", re.MULTILINE)
+
+
+def parse_drivers(text: str) -> tuple[str, ...]:
+    """Driver versions from ``nvproxy list-supported-drivers``, oldest first (pure;
+    runsc's own order is not always sorted)."""
+    found = set(_DRIVER_RE.findall(text))
+    return tuple(sorted(found, key=lambda v: tuple(int(p) for p in v.split("."))))
 
 
 def parse_version(text: str) -> str:
@@ -125,6 +138,10 @@ def probe_runsc(path: str, runner: Runner | None = None) -> RunscInfo:
         for command in _PROBED_COMMANDS:
             _, help_out = run([resolved, "help", command])
             commands.append((command, parse_flags(help_out)))
+        drivers: tuple[str, ...] = ()
+        if "nvproxy" in parse_flags(flags_out):
+            code, drivers_out = run([resolved, "nvproxy", "list-supported-drivers"])
+            drivers = parse_drivers(drivers_out) if code == 0 else ()
     except (OSError, subprocess.SubprocessError) as exc:
         raise AteomError(
             f"runsc {resolved}: probing failed: {exc}", code=ErrorCode.FAILED_PRECONDITION
@@ -134,6 +151,7 @@ def probe_runsc(path: str, runner: Runner | None = None) -> RunscInfo:
         version=parse_version(version_out),
         global_flags=parse_flags(flags_out),
         command_flags=tuple(commands),
+        supported_drivers=drivers,
     )
     with _cache_lock:
         _cache[key] = info

@@ -1,18 +1,17 @@
 """A sandbox's runsc side: boot its containers in order, tear them down in reverse.
 
-Boot: the sandbox root (``<uid>_pause``) first, its GPU flags on its own
-create/restore only (they are global to the sandbox), then each app
-container. Teardown: TERM, a grace, KILL, delete, apps before the root; then
-any runsc process still running with the actor's ``-root`` is killed (a
-container a failed flow left ``created`` keeps its sandbox after
-``delete -force``) and the state dir goes.
+Boot: the sandbox root (``<uid>_pause``) first, then each app container (a
+GPU sandbox's runsc carries the nvproxy flags on every call). Teardown: TERM,
+a grace, KILL, delete; then any runsc process still running with the actor's
+``-root`` is killed (a container a failed flow left ``created`` keeps its
+sandbox after ``delete -force``) and the state dir goes, with what runsc
+mounted in it (`state_dir`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import time
 from collections.abc import Callable, Sequence
@@ -23,6 +22,8 @@ import structlog
 from ateom.daemon.phases import phase
 from ateom.daemon.plan import ContainerPlan, SandboxPlan
 from ateom.daemon.runsc import Runsc
+from ateom.daemon.state_dir import remove_state_dir
+from ateom.errors import AteomError, ErrorCode
 
 log = structlog.get_logger("ateom.sandbox")
 
@@ -60,18 +61,16 @@ def boot(sandbox: Sandbox, containers: Sequence[ContainerPlan], image_path: str 
     os.makedirs(runsc.target.root, mode=0o700, exist_ok=True)
     for c in containers:
         pids = pid_file(runsc, c.runsc_id)
-        gpu = sandbox.plan.gpu and c.is_sandbox
         if image_path is not None:
             if runsc.target.info.restore_needs_create:
                 with phase("runsc.create", container=c.name):
-                    runsc.create(c.runsc_id, c.bundle, pids, gpu=gpu, meanwhile=meanwhile)
+                    runsc.create(c.runsc_id, c.bundle, pids, meanwhile=meanwhile)
                 meanwhile = None
             with phase("runsc.restore", container=c.name):
-                runsc.restore(c.runsc_id, c.bundle, image_path, pids, gpu=gpu,
-                              meanwhile=meanwhile)
+                runsc.restore(c.runsc_id, c.bundle, image_path, pids, meanwhile=meanwhile)
         else:
             with phase("runsc.create", container=c.name):
-                runsc.create(c.runsc_id, c.bundle, pids, gpu=gpu, meanwhile=meanwhile)
+                runsc.create(c.runsc_id, c.bundle, pids, meanwhile=meanwhile)
             with phase("runsc.start", container=c.name):
                 runsc.start(c.runsc_id)
         meanwhile = None
@@ -133,15 +132,22 @@ def teardown(runsc: Runsc, runsc_ids: Sequence[str], grace: float, *,
     Skips what `runsc list` no longer shows (`ask_runsc` False: the caller
     knows every container exists, as right after a checkpoint); containers
     runsc lists that `runsc_ids` does not name are killed and deleted too.
+    Raises AteomError INTERNAL when the state dir (or a mount in it) could
+    not be removed: a teardown leaves nothing, or says what it left.
     """
+    left: list[str] = []
     with phase("teardown"):
         try:
             listed = runsc.list() if ask_runsc else None
             known = set(runsc_ids) if listed is None else set(listed)
             present = [n for n in runsc_ids if n in known]
-            ordered = list(reversed(present))  # apps first, sandbox root last
-            _stop(runsc, ordered, grace)
-            for name in ordered:
+            _stop(runsc, list(reversed(present)), grace)  # apps first, sandbox root last
+            # Deleted the sandbox root first: that destroys the sandbox and its
+            # containers. A sub-container's own delete then (or after a
+            # checkpoint) may exit 128 ("no control socket found", "connection
+            # refused") on runsc 20240729+; that is tolerated, and the state dir
+            # goes below either way.
+            for name in present:
                 with phase("runsc.delete", container=runsc.log_names.get(name, name)):
                     runsc.delete(name)
             for name in sorted(known - set(present)):  # containers we never asked for
@@ -151,4 +157,7 @@ def teardown(runsc: Runsc, runsc_ids: Sequence[str], grace: float, *,
             # Whatever failed above, no process of this actor may outlive it
             # unseen (not shown, not counted, still holding its GPUs).
             kill_sandbox_processes(runsc.target.root)
-            shutil.rmtree(runsc.target.root, ignore_errors=True)
+            left = remove_state_dir(runsc.target.root)
+    if left:
+        raise AteomError(f"teardown left {len(left)} thing(s) behind in the actor's runsc "
+                         f"state dir: {'; '.join(left[:5])}", code=ErrorCode.INTERNAL)

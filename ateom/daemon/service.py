@@ -75,7 +75,8 @@ class AteomService:
             self.reaper, config.node, config.proc_root, self.environ))
         self.gpus = GpuActors(pool, config.node, cuda_checkpoint=config.cuda_checkpoint,
                               nvproxy_capabilities=config.nvproxy_capabilities,
-                              actors_root=config.actors_root, environ=self.environ)
+                              actors_root=config.actors_root, environ=self.environ,
+                              nvproxy_driver_version=config.nvproxy_driver_version)
         self.janitor = LogJanitor(
             config.log_root, max_bytes=config.log_max_bytes, retention=config.log_retention,
             hosted=lambda: [a.ref.actor_uid for a in self.actors.snapshot()])
@@ -138,10 +139,11 @@ class AteomService:
             with phase("plan"):
                 view = self.gpus.place(uid, req, info, self.planner.devices(req.containers),
                                        image)
+                self.gpus.check_driver(info, view)
                 plan = self.planner.plan(uid, req.dirs, req.containers, info, view,
                                          tools=self.gpus.tools(view), cpu_milli=req.cpu_milli,
                                          memory_bytes=req.memory_bytes)
-            self.hosting.host(actor, plan, self.hosting.runsc_for(uid, info), image)
+            self.hosting.host(actor, plan, self.hosting.runsc_for(uid, info, gpu=plan.gpu), image)
             if image is not None and discard_image:
                 shutil.rmtree(image, ignore_errors=True)
             return plan

@@ -38,7 +38,12 @@ from ateom.doctor.checks_node import (
     check_gpu_nodes,
     check_toolkit,
 )
-from ateom.doctor.checks_runsc import check_runsc, check_runsc_driver, check_runsc_nvproxy
+from ateom.doctor.checks_runsc import (
+    check_runsc,
+    check_runsc_driver,
+    check_runsc_nvproxy,
+    check_user_namespaces,
+)
 from ateom.doctor.facts import Facts
 from ateom.doctor.verdict import CheckResult, Report, Status
 
@@ -56,6 +61,7 @@ _TABLE: tuple[tuple[str, Callable[[Facts], CheckResult]], ...] = (
     ("spec-libraries", check_spec_libraries),
     ("cdi-mps", check_cdi_mps),
     ("runsc", check_runsc),
+    ("user-namespaces", check_user_namespaces),
     ("runsc-nvproxy", check_runsc_nvproxy),
     ("runsc-driver", check_runsc_driver),
     ("dry-run-injection", check_dry_run_injection),

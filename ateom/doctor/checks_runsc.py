@@ -65,9 +65,22 @@ def check_runsc_driver(f: Facts) -> CheckResult:
             "host driver version unknown (no /proc/driver/nvidia/version, no libcuda.so.<v>)",
             fix="check the driver is loaded on the node and its libraries are in the driver root",
         )
-    if host in r.supported_drivers:
-        return passed(name, f"host driver {host} is supported by runsc {r.version}")
+    known = f"runsc {r.version} knows drivers {r.supported_drivers[0]} to {r.supported_drivers[-1]}"
     pinned = f.config.nvproxy_driver_version
+    if pinned and pinned not in r.supported_drivers:
+        # A boot FATAL in the sentry, which the CLI shows only as "EOF"; ateom
+        # refuses GPU actors up front for it.
+        return CheckResult(
+            name,
+            Status.FAIL,
+            f"--nvproxy-driver-version={pinned} is not a driver runsc knows ({known}): "
+            "GPU actors will be refused",
+            fix="pin one of the listed versions (the ABI closest to the host driver) or "
+            "upgrade runsc",
+            details=("supported: " + ", ".join(r.supported_drivers[-10:]),),
+        )
+    if host in r.supported_drivers:
+        return passed(name, f"host driver {host} is supported ({known})")
     if pinned:
         # The operator chose an ABI to emulate; runsc cannot confirm it fits.
         return CheckResult(
@@ -79,7 +92,38 @@ def check_runsc_driver(f: Facts) -> CheckResult:
     return CheckResult(
         name,
         Status.FAIL,
-        f"host driver {host} is not supported by runsc {r.version}",
+        f"host driver {host} is not supported ({known}): GPU actors will be refused",
         fix="upgrade runsc, or pin a compatible ABI with --nvproxy-driver-version",
         details=("supported: " + ", ".join(r.supported_drivers[-10:]),),
     )
+
+
+def check_user_namespaces(f: Facts) -> CheckResult:
+    """runsc starts its sandbox and gofers in new user namespaces: FAIL where the
+    kernel refuses them, with the real cause (runsc's hint always blames the sysctl)."""
+    name = "user-namespaces"
+    u = f.userns
+    if u is None:
+        return skipped(name, "not probed")
+    if not u.probed:
+        return CheckResult(name, Status.WARN, f"could not test user namespaces: {u.error}",
+                           fix="check that the image's python3 runs")
+    if not u.error:
+        return passed(name, "a child process can create a user namespace, as runsc does")
+    if u.chroot:
+        return CheckResult(
+            name, Status.FAIL,
+            f"runsc cannot create user namespaces ({u.error}): this process is inside a "
+            "chroot, where the kernel refuses CLONE_NEWUSER; runsc's own hint about "
+            "max_user_namespaces is wrong here",
+            fix="run the worker in a container, or enter the root filesystem with "
+            "`unshare --mount` and pivot_root instead of chroot")
+    if u.max_user_namespaces == 0:
+        return CheckResult(
+            name, Status.FAIL,
+            f"runsc cannot create user namespaces ({u.error}): user.max_user_namespaces is 0",
+            fix="sysctl -w user.max_user_namespaces=15000 on the node")
+    return CheckResult(
+        name, Status.FAIL, f"runsc cannot create user namespaces ({u.error})",
+        fix="allow user namespaces for the worker (seccomp/AppArmor profile, "
+        "kernel.unprivileged_userns_clone, the container runtime's settings)")

@@ -114,6 +114,16 @@ class RunscFact:
 
 
 @dataclass(frozen=True, slots=True)
+class UsernsFact:
+    """Whether a child process could make a user namespace, as runsc must."""
+
+    probed: bool
+    error: str = ""  # strerror of unshare(CLONE_NEWUSER), "" when it worked
+    chroot: bool | None = None  # / is not PID 1's root (None: could not tell)
+    max_user_namespaces: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class InjectionFact:
     """A dry-run injection of the doctor's devices into a scratch bundle."""
 
@@ -142,6 +152,7 @@ class Facts:
     # The Pod's GPUs from /proc and nvidia-smi; None when not gathered (hand-written facts).
     worker_gpus: WorkerGpus | None = None
     cuda_checkpoint: CudaCheckpointFacts | None = None  # None when not probed
+    userns: UsernsFact | None = None  # None when not probed
 
     @property
     def driver_version(self) -> str:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import glob
 import os
-import re
 from collections.abc import Mapping
 
 from ateom.daemon.runsc_probe import probe_runsc
@@ -21,6 +20,7 @@ from ateom.doctor.config import DoctorConfig
 from ateom.doctor.facts import Facts, RunscFact
 from ateom.doctor.gather_cdi import gather_cdi
 from ateom.doctor.gather_node import dir_fact, host_driver_version, natural, stat_node, tool_fact
+from ateom.doctor.gather_userns import gather_userns
 from ateom.doctor.runner import (
     NOT_RUN,
     TIMED_OUT,
@@ -33,17 +33,6 @@ from ateom.errors import AteomError
 from ateom.gpuinfo.cuda_checkpoint import CudaCheckpointFacts, probe
 from ateom.gpuinfo.gather import find_nvidia_smi, gather_worker_gpus
 from ateom.gpuinfo.inventory import WorkerGpus
-
-_DRIVER_VERSION = re.compile(r"^\d+\.\d+(?:\.\d+)?$")
-
-
-def _supported_drivers(runsc_path: str, run: CommandRunner) -> tuple[str, ...] | None:
-    """`runsc nvproxy list-supported-drivers`, or None when this runsc has no such command."""
-    code, out = run([runsc_path, "nvproxy", "list-supported-drivers"])
-    if code != 0:
-        return None
-    versions = [w for w in out.split() if _DRIVER_VERSION.match(w)]
-    return tuple(versions) if versions else None
 
 
 def gather_runsc(config: DoctorConfig, run: CommandRunner = subprocess_runner) -> RunscFact:
@@ -60,7 +49,8 @@ def gather_runsc(config: DoctorConfig, run: CommandRunner = subprocess_runner) -
     if config.nvproxy_capabilities:
         wanted.append("nvproxy-allowed-driver-capabilities")
     flags = tuple((f"--{flag}", info.supports(flag)) for flag in wanted)
-    drivers = _supported_drivers(info.path, run) if info.supports_nvproxy else None
+    # The daemon's probe lists them (`nvproxy list-supported-drivers`, oldest first).
+    drivers = info.supported_drivers or None
     return RunscFact(
         info.path,
         found=True,
@@ -117,6 +107,7 @@ def gather(
         injection=injection,
         worker_gpus=gather_gpus(config, environ, run),
         cuda_checkpoint=gather_cuda_checkpoint(config, environ, run),
+        userns=gather_userns(run, config.probe_timeout),
     )
 
 

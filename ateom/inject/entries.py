@@ -18,6 +18,8 @@ from ateom.cdi.model import DeviceNode, EditStep, Hook, IntelRdt, Mount
 from ateom.errors import InjectionError, bounded
 from ateom.inject.options import InjectOptions
 
+# The mode of a device node the spec gives none for (see `complete_device_node`).
+DEFAULT_DEVICE_FILE_MODE = 0o666
 LD_LIBRARY_PATH = "LD_LIBRARY_PATH"
 
 
@@ -109,6 +111,12 @@ def complete_device_node(
     if dev_type != "p":
         entry["major"] = major or 0
         entry["minor"] = minor or 0
+    if file_mode is None and dev_type != "p":
+        # Always written: runsc 0.0~20240729 dereferences it when it creates the
+        # node inside the sandbox (a nil-pointer panic in boot's createDeviceFile
+        # kills the sandbox at start). 0666 is what the NVIDIA driver gives its
+        # nodes and what runc assumes for a device without one.
+        file_mode = DEFAULT_DEVICE_FILE_MODE
     if file_mode is not None:
         entry["fileMode"] = file_mode
     uid = node.uid if node.uid is not None else (process_ids[0] or None)

@@ -1,4 +1,4 @@
-"""The bundled fixtures in cdi_specs/ and real generator output (tests/fixtures/cdi, see its PROVENANCE.md)."""
+"""The bundled fixtures in cdi_specs/ and real generator output (tests/fixtures/cdi)."""
 
 from __future__ import annotations
 

@@ -98,7 +98,8 @@ elif cmd == "list":
 elif cmd == "state":
     s = get(target)
     if not s: sys.exit(1)
-    print(json.dumps({{"id": target, "status": s}}, indent=2))
+    # A live pid, as runsc names its sandbox's: the caller's (ateom checks it is alive).
+    print(json.dumps({{"id": target, "status": s, "pid": os.getppid()}}, indent=2))
 elif cmd == "checkpoint":
     image = opts["-image-path"]
     os.makedirs(os.path.join(image, "sub"), exist_ok=True)

@@ -34,7 +34,6 @@ import pytest
 from ateom._proto import ateom_pb2 as pb
 from ateom.daemon.config import DaemonConfig
 from ateom.daemon.sandbox import kill_sandbox_processes
-from tests.support import build_busybox_bundle
 from tests.daemon.conftest import needs_runsc
 from tests.daemon.harness import (
     DEFAULT_RELEASE,
@@ -45,6 +44,7 @@ from tests.daemon.harness import (
     runsc_processes,
     wait_for,
 )
+from tests.support import build_busybox_bundle
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -25,8 +25,6 @@ import pytest
 from ateom._proto import ateom_pb2 as pb
 from ateom.daemon.gpu_checkpoint import TOOL_IN_CONTAINER
 from ateom.gpuinfo.record import RECORD_FILE, parse_record
-from tests.support import DEFAULT_DRIVER_VERSION
-from tests.support.cuda_checkpoint_stub import read_calls
 from tests.daemon.conftest import needs_runsc
 from tests.daemon.harness import (
     GPU_RELEASES,
@@ -40,6 +38,8 @@ from tests.daemon.harness import (
     runsc_processes,
     wait_for,
 )
+from tests.support import DEFAULT_DRIVER_VERSION
+from tests.support.cuda_checkpoint_stub import read_calls
 
 pytestmark = [needs_runsc, pytest.mark.root, pytest.mark.runtime]
 

@@ -37,9 +37,9 @@ from ateom.daemon.requests import (
 from ateom.daemon.service import AteomService
 from ateom.errors import AteomError, ErrorCode
 from ateom.gpuinfo.record import RECORD_FILE, parse_record
+from tests.daemon.fake_runsc import FakeRunsc
 from tests.support import build_busybox_bundle, build_fake_driver_libs, write_sim_gpu_spec
 from tests.support.gpu_node import SimGpu, write_gpu_node, write_sim_fixture
-from tests.daemon.fake_runsc import FakeRunsc
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/bin/busybox"), reason="needs busybox")
 

@@ -33,8 +33,8 @@ from ateom.daemon.requests import (
 )
 from ateom.daemon.service import AteomService
 from ateom.errors import AteomError, ErrorCode, InjectionError
-from tests.support import build_busybox_bundle, build_fake_driver_libs, write_sim_gpu_spec
 from tests.daemon.fake_runsc import FakeRunsc
+from tests.support import build_busybox_bundle, build_fake_driver_libs, write_sim_gpu_spec
 
 NO_DEVICES = DeviceChoice(DevicePolicy.NONE)
 pytestmark = pytest.mark.skipif(not os.path.exists("/bin/busybox"), reason="needs busybox")

@@ -36,14 +36,15 @@ from tests.support import (
     write_sim_gpu_spec,
 )
 from tests.support.gpu_node import SimGpu, write_gpu_node, write_sim_fixture
+from tests.support.runsc_emu import install_runsc
 
 REAL_RUNSC = shutil.which("runsc") or "/usr/bin/runsc"
 CUDA_CHECKPOINT_HELP = Path(__file__).resolve().parents[1] / "fixtures" / "gpu" / \
     "cuda-checkpoint"
 
-# Debian's runsc has no nvproxy; the shim adds what `runsc flags` lists on a
-# newer build and answers list-supported-drivers, and runs the real binary
-# for everything else (so --version and help are genuine).
+# The shim adds nvproxy's flags to what `runsc flags` lists (a no-op on a build
+# that has them), answers list-supported-drivers with this node's driver, and
+# runs the real binary for everything else (so --version and help are genuine).
 RUNSC_SHIM = """#!/bin/sh
 REAL={real}
 case "$1" in
@@ -100,6 +101,11 @@ class GpuWorker:
     @property
     def runsc(self) -> Path:
         return self.root / "runsc"
+
+    def runsc_without_nvproxy(self) -> str:
+        """A runsc with no --nvproxy: Debian 12's own 2022 build, as the release
+        emulator presents it (the set-up's real runsc has nvproxy)."""
+        return str(install_runsc("20221219", self.root / "runsc-2022").path)
 
     @property
     def proc_root(self) -> Path:

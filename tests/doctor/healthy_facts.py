@@ -15,6 +15,7 @@ from ateom.doctor.facts import (
     SpecFact,
     SpecNodeFact,
     ToolFact,
+    UsernsFact,
 )
 from ateom.gpuinfo.cuda_checkpoint import CudaCheckpointFacts, CudaCheckpointHelp
 from ateom.gpuinfo.inventory import GpuFacts, WorkerGpus
@@ -80,4 +81,5 @@ def healthy() -> Facts:
         cuda_checkpoint=CudaCheckpointFacts(
             ("/usr/local/nvidia/bin", "/opt/nvidia-toolkit", "$PATH"),
             "/usr/local/nvidia/bin/cuda-checkpoint", executable=True, help=HELP_590),
+        userns=UsernsFact(probed=True, chroot=False, max_user_namespaces=15000),
     )

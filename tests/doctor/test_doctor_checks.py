@@ -19,8 +19,11 @@ from ateom.doctor.facts import (
     SpecFact,
     SpecNodeFact,
     ToolFact,
+    UsernsFact,
 )
+from ateom.doctor.gather_userns import gather_userns
 from ateom.doctor.report import render_json, render_text, report_to_dict
+from ateom.gpuinfo.runner import subprocess_runner
 from tests.doctor.healthy_facts import GPU0, healthy
 
 
@@ -221,7 +224,7 @@ def test_text_report_one_line_per_check_with_fix_and_verdict() -> None:
     assert lines[0].startswith("FAIL  gpu-nodes")
     assert any(line.strip().startswith("fix: request nvidia.com/gpu") for line in lines)
     # Without GPU nodes the inventory, placement and checkpoint-driver checks skip.
-    assert lines[-1] == "NOT OK: 14 passed, 0 warned, 1 failed, 3 skipped"
+    assert lines[-1] == "NOT OK: 15 passed, 0 warned, 1 failed, 3 skipped"
     for name in CHECK_NAMES:
         assert sum(1 for ln in lines if ln[6:].startswith(name + " ")) == 1, name
 
@@ -305,3 +308,28 @@ def test_doctor_config_for_daemon_is_what_serve_resolved() -> None:
     assert cfg.devices == ("nvidia.com/gpu=all",)
     assert (cfg.gpu_placement, cfg.cuda_checkpoint, cfg.max_actors) == (
         "exclusive", "/cc/cuda-checkpoint", 3)
+
+
+# -- user namespaces ------------------------------------------------------------
+
+@pytest.mark.parametrize(("fact", "status", "says"), [
+    (UsernsFact(probed=True, error="Operation not permitted", chroot=True,
+                max_user_namespaces=15000), Status.FAIL, "inside a chroot"),
+    (UsernsFact(probed=True, error="No space left on device", chroot=False,
+                max_user_namespaces=0), Status.FAIL, "max_user_namespaces is 0"),
+    (UsernsFact(probed=True, error="Operation not permitted", chroot=False,
+                max_user_namespaces=15000), Status.FAIL, "cannot create user namespaces"),
+    (UsernsFact(probed=False, error="the probe failed (exit 127)"), Status.WARN, "could not"),
+    (None, Status.SKIP, "not probed"),
+])
+def test_user_namespaces_name_the_real_cause(fact: UsernsFact | None, status: Status,
+                                             says: str) -> None:
+    [result] = [r for r in judge(replace(healthy(), userns=fact)).results
+                if r.name == "user-namespaces"]
+    assert result.status is status and says in result.summary, result
+
+
+def test_user_namespaces_probe_runs_here() -> None:
+    # The real probe, in a child python: this machine (root, no chroot) allows them.
+    fact = gather_userns(subprocess_runner)
+    assert fact.probed and fact.error == "" and fact.chroot is not True, fact

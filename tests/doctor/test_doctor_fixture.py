@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from ateom.doctor import CHECK_NAMES, Report, Status, render_text, run_doctor
-from tests.doctor.gpu_worker import REAL_RUNSC, GpuWorker
+from tests.doctor.gpu_worker import GpuWorker
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -60,8 +60,8 @@ def test_stale_device_in_spec_fails_spec_device_nodes(gpu_worker: GpuWorker) -> 
 
 
 def test_runsc_without_nvproxy_fails_runsc_nvproxy(gpu_worker: GpuWorker) -> None:
-    # Debian's real runsc (a 2022 build) is exactly this breakage.
-    report = run_doctor(gpu_worker.config(runsc=REAL_RUNSC))
+    # Debian 12's own runsc (a 2022 build) is exactly this breakage.
+    report = run_doctor(gpu_worker.config(runsc=gpu_worker.runsc_without_nvproxy()))
     assert_only_these_fail(report, "runsc-nvproxy")
     got = statuses(report)
     assert got["runsc"] is Status.PASS
@@ -161,7 +161,7 @@ def test_cli_text_names_the_failed_check_and_exits_1(gpu_worker: GpuWorker) -> N
 
 
 def test_cli_flags_override_env(gpu_worker: GpuWorker) -> None:
-    done = _cli(gpu_worker, "--json", "--runsc", REAL_RUNSC)
+    done = _cli(gpu_worker, "--json", "--runsc", gpu_worker.runsc_without_nvproxy())
     doc = json.loads(done.stdout)
     by_name = {c["name"]: c["status"] for c in doc["checks"]}
     assert done.returncode == 1 and by_name["runsc-nvproxy"] == "FAIL"

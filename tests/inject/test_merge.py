@@ -79,8 +79,10 @@ def test_node_with_type_and_major_is_used_as_given() -> None:
     node = DeviceNode("/dev/nvidia0", host_path="/dev/absent", type="c", major=195, minor=0)
     assert not node_needs_stat(node)
     out = merge(base_config(), ContainerEdits(device_nodes=(node,)))
+    # fileMode is always written (0666 when the spec gives none): runsc
+    # 0.0~20240729 panics creating a device node without one.
     assert out["linux"]["devices"] == [
-        {"path": "/dev/nvidia0", "type": "c", "major": 195, "minor": 0}]
+        {"path": "/dev/nvidia0", "type": "c", "major": 195, "minor": 0, "fileMode": 0o666}]
     assert out["linux"]["resources"]["devices"] == [
         {"allow": True, "type": "c", "major": 195, "minor": 0, "access": "rwm"}]
 

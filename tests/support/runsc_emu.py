@@ -169,7 +169,8 @@ def install_runsc(
     }, indent=1) + "\n")
     package_root = Path(__file__).resolve().parents[2]  # the repository: tests.support
     emu.path.write_text(_SCRIPT.format(
-        tag=tag, real=f"{real.path} ({real.release.tag})", pythonpath=shlex.quote(str(package_root)),
+        tag=tag, real=f"{real.path} ({real.release.tag})",
+        pythonpath=shlex.quote(str(package_root)),
         python=shlex.quote(sys.executable), config=shlex.quote(str(emu.config_path))))
     emu.path.chmod(0o755)
     return emu

@@ -247,7 +247,8 @@ def sandbox_of(spec: Mapping[str, Any] | None, container: str) -> str:
 
 
 def pids_from_ps(output: str) -> list[int]:
-    """PIDs from ``runsc ps -format json`` ([1, 2] on Debian's 2022 build, objects on newer; pure)."""
+    """PIDs from ``runsc ps -format json`` ([1, 2] on Debian's 2022 build, objects on
+    newer; pure)."""
     start = output.find("[")
     try:
         items: Sequence[Any] = json.loads(output[start:]) if start >= 0 else []

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.runsc_emu_cli import Answer, Invocation, real_argv, interpret
+from tests.support.runsc_emu_cli import Answer, Invocation, interpret, real_argv
 from tests.support.runsc_release import (
     DEBIAN,
     RELEASES,

@@ -1,0 +1,81 @@
+"""Keep or terminate after a failed save follows what happened to the sandbox.
+
+runsc's exit code does not say whether the sandbox survived: 20260817 refuses
+some saves and keeps it; 0.0~20240729 kills it for the same cause; and
+``runsc state`` still says "running" after a save, with a dead pid. So
+`checkpoint.save` asks `Runsc.running` (state *and* a live pid).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ateom.daemon import checkpoint
+from ateom.daemon.runsc import RunscError, process_alive
+
+
+class _Runsc:
+    """The two calls `save` makes: a checkpoint that fails, and the state after."""
+
+    def __init__(self, state: dict[str, Any]) -> None:
+        self._state = state
+
+    def checkpoint(self, name: str, image_path: str, *, flags: Sequence[str] = (),
+                   timeout: float | None = None) -> None:
+        raise RunscError("checkpoint", name, 128, "", "failed to get nvproxy device IDs")
+
+    def state(self, name: str) -> dict[str, Any]:
+        return self._state
+
+    def running(self, name: str) -> bool:
+        from ateom.daemon.runsc import Runsc
+        return Runsc.running(self, name)  # type: ignore[arg-type]
+
+
+class _Plan:
+    root_id = "a_pause"
+
+
+class _Sandbox:
+    def __init__(self, state: dict[str, Any]) -> None:
+        self.runsc = _Runsc(state)
+        self.plan = _Plan()
+
+
+def _dead_pid() -> int:
+    child = subprocess.Popen(["true"])
+    child.wait()
+    return child.pid
+
+
+def test_a_refused_save_with_the_sandbox_alive_keeps_the_actor(tmp_path: Path) -> None:
+    sandbox = _Sandbox({"status": "running", "pid": os.getpid()})
+    with pytest.raises(checkpoint.SaveRefused) as err:
+        checkpoint.save(sandbox, str(tmp_path), "a")  # type: ignore[arg-type]
+    assert "keeps running" in str(err.value) and "device IDs" in str(err.value)
+
+
+@pytest.mark.parametrize("state", [
+    {"status": "running"},  # no pid: runsc could not say
+    {"status": "stopped", "pid": os.getpid()},
+    {},  # runsc state failed
+])
+def test_a_failed_save_without_a_running_sandbox_is_the_runsc_error(
+        tmp_path: Path, state: dict[str, Any]) -> None:
+    with pytest.raises(RunscError):
+        checkpoint.save(_Sandbox(state), str(tmp_path), "a")  # type: ignore[arg-type]
+
+
+def test_running_with_a_dead_pid_is_not_running(tmp_path: Path) -> None:
+    # What 0.0~20240729 shows after a save that killed the sentry.
+    pid = _dead_pid()
+    assert not process_alive(pid) and process_alive(os.getpid())
+    with pytest.raises(RunscError):
+        checkpoint.save(_Sandbox({"status": "running", "pid": pid}), str(tmp_path),
+                        "a")  # type: ignore[arg-type]

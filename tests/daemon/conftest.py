@@ -41,13 +41,14 @@ def _stopped(d: Daemon) -> None:
 
 @pytest.fixture(scope="module")
 def daemon(world: World) -> Iterator[Daemon]:
-    """The daemon on the default release; `runsc_dir` also offers Debian's real runsc."""
-    real_dir = world.base / "real-runsc"
-    real_dir.mkdir(exist_ok=True)
-    if not (real_dir / "runsc").exists():
-        (real_dir / "runsc").symlink_to(RUNSC or "/usr/bin/runsc")
+    """The daemon on the default release; `runsc_dir` also offers a runsc without
+    nvproxy (Debian 12's own 2022 build, emulated), as a request's runsc_path."""
+    old_dir = world.base / "runsc-dir"
+    old_dir.mkdir(exist_ok=True)
+    if not (old_dir / "runsc").exists():
+        (old_dir / "runsc").symlink_to(world.runsc("20221219").path)
     d = Daemon(world, str(world.runsc(DEFAULT_RELEASE).path), release=DEFAULT_RELEASE,
-               runsc_dir=str(real_dir), metrics_listen="127.0.0.1:0",
+               runsc_dir=str(old_dir), metrics_listen="127.0.0.1:0",
                **release_options(DEFAULT_RELEASE))
     try:
         yield d

@@ -36,14 +36,15 @@ RUNSC = shutil.which("runsc")
 GLOBAL_FLAGS = ("--network=none", "--ignore-cgroups")
 LIB_DIR = "/usr/local/nvidia/lib64"
 
-# Debian's runsc (2022) has no nvproxy: the daemon under test runs an
-# emulated gVisor release in front of it (tests.support.runsc_emu), which
-# answers probes as that release, applies its GPU rules, strips what Debian
-# lacks and records every call. The newest release is the default: today's
-# ateom behaves right on it for every test here (a GPU actor's checkpoint
-# included: 20260706+ saves live GPU clients and records the GPUs).
+# The set-up's runsc (Debian's 0.0~20240729 or newer) has no
+# --cuda-checkpoint-path and knows no driver past 550.90.07: the daemon under
+# test runs an emulated gVisor release in front of it (tests.support.runsc_emu),
+# which answers probes as that release, applies its GPU rules, strips what the
+# real build lacks and records every call. The newest release is the default:
+# today's ateom behaves right on it for every test here (a GPU actor's
+# checkpoint included: 20260706+ saves live GPU clients and records the GPUs).
 DEFAULT_RELEASE = "20260817"
-# Release-independent tests run on these: Debian's own, the first with
+# Release-independent tests run on these: Debian 12's own, the first with
 # multi-container restore and restore -background, the first with
 # --cuda-checkpoint-path, and the newest.
 RELEASES = ("20221219", "20240930", "20260608", "20260817")
@@ -122,7 +123,7 @@ class World:
         with the world's GPUs and the fake driver's version as the host's."""
         if release not in self.emulators:
             self.emulators[release] = install_runsc(
-                release, self.base / f"runsc-{release}", real_runsc=RUNSC or "/usr/bin/runsc",
+                release, self.base / f"runsc-{release}", real_runsc=RUNSC,
                 driver_version=DEFAULT_DRIVER_VERSION, gpus=sim_gpus(GPUS))
         return self.emulators[release]
 

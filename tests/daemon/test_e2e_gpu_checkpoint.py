@@ -1,21 +1,21 @@
 """GPU actors checkpointed and restored through ateom on each emulated runsc release.
 
-On real (Debian) runsc behind the release emulator (`tests.support.runsc_emu`),
-with a simulated GPU node (`/proc/driver/nvidia`, the Pod's device nodes, a
-stand-in nvidia-smi) and a stand-in cuda-checkpoint that records its runs
-from inside the sandbox:
+On a real runsc (Debian's 0.0~20240729 or newer) behind the release emulator
+(`tests.support.runsc_emu`), with a simulated GPU node (`/proc/driver/nvidia`,
+the Pod's device nodes, a stand-in nvidia-smi) and a stand-in cuda-checkpoint
+that records its runs from inside the sandbox:
 - 20221219: no nvproxy, a GPU actor is refused at Run (test_e2e_lifecycle);
 - 20240930: nvproxy but no --cuda-checkpoint-path: a GPU checkpoint is refused
   before the sandbox is touched (the release would panic on live GPU clients
   and lose the actor), and the actor keeps running;
 - 20260608, 20260817: runsc runs cuda-checkpoint inside the sandbox and saves;
-  ateom writes the compatibility record. Restoring a GPU actor (a
-  multi-container sandbox) is what Debian's runsc cannot do: the test checks
-  ateom's calls and their order, and that nothing is left behind;
+  ateom writes the compatibility record; the restore (root, then the app) is
+  real, and cuda-checkpoint toggles the app back;
 - a worker whose driver differs: the Restore is refused from the record,
   before any runsc call, naming both versions;
 - exclusive placement through grpcurl: a third one-GPU actor refused naming the
   holders until one is checkpointed, then placed on the freed GPU.
+The same turn without the emulator, on the newest real runsc: test_e2e_real_runsc.
 """
 
 from __future__ import annotations

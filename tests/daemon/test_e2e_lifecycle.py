@@ -40,6 +40,7 @@ from tests.daemon.harness import (
 )
 from tests.support import DEFAULT_DRIVER_VERSION
 from tests.support.cuda_checkpoint_stub import read_calls
+from tests.support.runsc_emu import real_of
 
 pytestmark = [needs_runsc, pytest.mark.root, pytest.mark.runtime]
 
@@ -79,13 +80,19 @@ def test_gpu_actor_lifecycle(world: World, daemon: Daemon, clean: None) -> None:
     assert "libcuda.so.1 -> libcuda.so.580.65.06" in links
     assert "libnvidia-ml.so.1 -> libnvidia-ml.so.580.65.06" in links
 
-    # --nvproxy went on the sandbox's create only; the release put both containers
-    # in one nvproxy sandbox, and Debian's runsc ran without the flag.
+    # --nvproxy went on every call of the GPU sandbox; the release put both
+    # containers in one nvproxy sandbox, and the real runsc ran it on its own
+    # nvproxy, pinned to a driver it knows (a build without one: without the flag).
     creates = [c for c in daemon.emulator().calls() if c.command == "create"]
     assert [c.container for c in creates] == [f"{uid}_pause", "app"]
-    assert [c.has_flag("nvproxy") for c in creates] == [True, False]
+    assert [c.has_flag("nvproxy") for c in creates] == [True, True]
     assert all(c.nvproxy and c.exit_code == 0 for c in creates)
-    assert creates[0].stripped == ("nvproxy",) and "--nvproxy" not in creates[0].ran[0]
+    real = real_of(daemon.emulator())
+    if real.has_nvproxy:
+        pinned = f"--nvproxy-driver-version={real.newest_driver}"
+        assert creates[0].stripped == () and all(pinned in c.ran[0] for c in creates)
+    else:
+        assert creates[0].stripped == ("nvproxy",) and "--nvproxy" not in creates[0].ran[0]
     # CRI annotations put both containers into one sandbox.
     app_cfg = json.loads((bundles / "app" / "config.json").read_text())
     assert app_cfg["annotations"]["io.kubernetes.cri.container-type"] == "container"
@@ -190,7 +197,7 @@ def test_gpu_actor_refused_on_runsc_without_nvproxy(
     bundles = world.bundles(uid, {"app": ["sleep", "1000"]})
     before = (bundles / "app" / "config.json").read_bytes()
     req = run_request(world, uid, [pb.Container(name="app")],
-                      runsc_path=str(world.base / "real-runsc" / "runsc"))
+                      runsc_path=str(world.base / "runsc-dir" / "runsc"))
     with pytest.raises(grpc.RpcError) as err:
         daemon.stub.RunWorkload(req, timeout=60)
     assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
@@ -252,47 +259,58 @@ def test_checkpoint_restore_keeps_memory(world: World, release_daemon: Daemon,
     assert runsc_list(daemon, uid) == []
 
 
-def test_multi_container_restore_fails_cleanly(world: World, release_daemon: Daemon,
-                                               clean: None) -> None:
+def test_multi_container_restore(world: World, release_daemon: Daemon, clean: None) -> None:
     daemon = release_daemon
     uid = "multi"
-    world.bundles(uid, {"app": ["sleep", "1000"]})
+    world.bundles(uid, {"app": ["sh", "-c", "i=0; while true; do i=$((i+1)); echo tick $i;"
+                                            " sleep 0.1; done"]})
     dirs = world.actor_dirs(uid)
     for leftover in (dirs.checkpoint_dir, dirs.restore_dir):  # an earlier release's run
         shutil.rmtree(leftover, ignore_errors=True)
     containers = [pb.Container(name="app", devices=NONE)]
     daemon.stub.RunWorkload(run_request(world, uid, containers), timeout=120)
+    log = daemon.run_dir / "logs" / uid / "app.log"
+    wait_for(log, "tick 3\n")
     daemon.stub.CheckpointWorkload(
         pb.CheckpointWorkloadRequest(actor_uid=uid, actor_dirs=dirs), timeout=120)
+    before = _last_tick(log.read_text())
     shutil.copytree(dirs.checkpoint_dir, dirs.restore_dir)
     emu = daemon.emulator()
     emu.clear_calls()
-    with pytest.raises(grpc.RpcError) as err:
-        daemon.stub.RestoreWorkload(pb.RestoreWorkloadRequest(
-            actor_uid=uid, actor_dirs=dirs, spec=pb.WorkloadSpec(containers=containers)),
-            timeout=120)
-    first_line = err.value.details().splitlines()[0]
-    restores = [(c.container, c.exit_code) for c in emu.calls() if c.command == "restore"]
+    request = pb.RestoreWorkloadRequest(actor_uid=uid, actor_dirs=dirs,
+                                        spec=pb.WorkloadSpec(containers=containers))
+    restores = lambda: [(c.container, c.exit_code)  # noqa: E731
+                        for c in emu.calls() if c.command == "restore"]
     if emu.release == "20221219":
-        # Debian's runsc restores only a root container (no restore -direct, which
+        # That release restores only a root container (no restore -direct, which
         # came with multi-container restore): refused before any runsc call.
+        with pytest.raises(grpc.RpcError) as err:
+            daemon.stub.RestoreWorkload(request, timeout=120)
+        first_line = err.value.details().splitlines()[0]
         assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
         assert "multi-container restore" in first_line and "0.0~20221219.0" in first_line
-        assert restores == []
-    else:
-        assert err.value.code() == grpc.StatusCode.INTERNAL
-        # The release restores the sandbox root, then each app container; the
-        # emulator (Debian underneath) refuses at the last one, and says why.
-        assert restores == [(f"{uid}_pause", 0), ("app", 128)]
-        assert first_line.endswith(
-            f"runsc restore app failed (exit 128): runsc emulator (tests.support): "
-            f"{emu.tag} would now load sandbox '{uid}_pause' with containers "
-            f"['{uid}_pause', 'app'] from the image, but Debian's runsc 0.0~20221219.0 "
-            "restores only a single-container sandbox: nothing was restored")
+        assert restores() == []
+        assert runsc_list(daemon, uid) == []
+        assert not runsc_processes(str(daemon.run_dir / "actors" / uid))
+        assert not daemon.inspect.GetStatus(pb.GetStatusRequest()).actors
+        assert Path(dirs.restore_dir).is_dir()  # a refused restore consumes nothing
+        return
+    # The release restores the sandbox root, then each app container, for real
+    # (the real runsc behind the emulator restores multi-container sandboxes).
+    daemon.stub.RestoreWorkload(request, timeout=120)
+    assert restores() == [(f"{uid}_pause", 0), ("app", 0)]
+    deadline = time.monotonic() + 30
+    while _last_tick(log.read_text()) <= before + 3 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    ticks = [int(line.split()[1]) for line in log.read_text().splitlines()
+             if line.startswith("tick ")]
+    assert ticks[ticks.index(before) + 1] == before + 1  # from memory, not restarted
+    assert ticks.count(1) == 1
+    [hosted] = daemon.inspect.GetStatus(pb.GetStatusRequest()).actors
+    assert hosted.phase == "running" and list(hosted.containers) == ["_pause", "app"]
+    daemon.stub.TerminateWorkload(pb.TerminateWorkloadRequest(actor_uid=uid), timeout=60)
     assert runsc_list(daemon, uid) == []
     assert not runsc_processes(str(daemon.run_dir / "actors" / uid))
-    assert not daemon.inspect.GetStatus(pb.GetStatusRequest()).actors
-    assert Path(dirs.restore_dir).is_dir()  # a failed restore consumes nothing
 
 
 def _tree_digest(root: Path) -> dict[str, str]:

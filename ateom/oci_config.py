@@ -192,6 +192,24 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+# No OCI config nests past a dozen levels; ateom refuses documents deeper than this.
+MAX_DEPTH = 200
+
+
+def _depth(value: Any) -> int:
+    """How deeply `value`'s arrays and objects nest (iterative: no recursion limit)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(
+            item, list) else None
+        if children is None:
+            continue
+        deepest = max(deepest, level)
+        stack.extend((child, level + 1) for child in children)
+    return deepest
+
+
 def parse_config(raw: bytes, path: str) -> dict[str, Any]:
     """config.json bytes -> the config object, its shape checked (`SHAPES`). Pure.
 
@@ -210,6 +228,10 @@ def parse_config(raw: bytes, path: str) -> dict[str, Any]:
         raise ConfigError(f"{path}: not valid JSON: nested too deeply") from None
     except ValueError as e:
         raise ConfigError(f"{path}: not valid JSON: {bounded(str(e), say_length=True)}") from None
+    # One limit on every Python: 3.11's decoder gives up near 1000 levels, 3.13's
+    # goes far deeper, and what ateom decodes it must also be able to write.
+    if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH and _depth(config) > MAX_DEPTH:
+        raise ConfigError(f"{path}: not valid JSON: nested too deeply (over {MAX_DEPTH} levels)")
     if not isinstance(config, dict):
         raise ConfigError(f"{path}: top level is {_json_kind(config)}, not an object")
     check_shape(config, path)

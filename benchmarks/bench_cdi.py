@@ -4,8 +4,9 @@
     python benchmarks/bench_cdi.py [FIXTURE_DIR] [--repeat N]
 
 FIXTURE_DIR is the output of ``../shared/bench/make_gpu_fixture.py OUT --gpus 8
---libs 40`` (built into a temporary directory when omitted), so figures compare
-across the project's history. Prints min/median/p99 for:
+--libs 40``, so figures compare across the project's history; omitted, one is
+built into a temporary directory (with that builder where the shared material
+sits beside the clone, else an 8-GPU, 40-library one with tests.support). Prints min/median/p99 for:
 
 - load+validate: `load_spec` on cdi/nvidia.json (read, decode, JSON Schema,
   build, semantic rules);
@@ -93,14 +94,28 @@ def main() -> int:
         return 0
     with tempfile.TemporaryDirectory(prefix="ateom-bench-cdi-") as tmp:
         out = Path(tmp) / "fixture"
-        subprocess.run(
-            [sys.executable, str(MAKE_FIXTURE), str(out), "--gpus", "8", "--libs", "40"],
-            check=True,
-            stdout=subprocess.DEVNULL,
-        )
+        if MAKE_FIXTURE.is_file():  # the project's shared fixture, comparable across history
+            subprocess.run(
+                [sys.executable, str(MAKE_FIXTURE), str(out), "--gpus", "8", "--libs", "40"],
+                check=True,
+                stdout=subprocess.DEVNULL,
+            )
+        else:  # a clone on its own: an 8-GPU spec of the same shape, from tests.support
+            build_own_fixture(out)
         run(out, args.repeat)
     return 0
 
+
+def build_own_fixture(out: Path) -> None:
+    """An 8-GPU nvidia-ctk-shaped spec over 40 real ELF libraries (runs gcc)."""
+    sys.path.insert(0, str(REPO))
+    from tests.support import build_fake_driver_libs, write_sim_gpu_spec
+
+    extra = [(f"libnvidia-bench{i}.so.580.65.06", f"libnvidia-bench{i}.so.1")
+             for i in range(38)]
+    libs = build_fake_driver_libs(out / "driver" / "lib64", extra=extra)
+    write_sim_gpu_spec(out / "cdi", libs, gpus=8)
+    print("fixture: built with tests.support (no ../shared/bench beside this clone)")
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -120,10 +120,23 @@ def test_not_a_json_object_is_a_config_error(raw: bytes, why: str) -> None:
     assert why in str(_error(raw))
 
 
-@pytest.mark.parametrize("depth", [100_000, 5_000])
+@pytest.mark.parametrize("depth", [100_000, 5_000, 201])
 def test_deep_nesting_is_a_config_error_not_a_recursion_error(depth: int) -> None:
     raw = '{"x-deep": ' + "[" * depth + "]" * depth + "}"
     assert "nested too deeply" in str(_error(raw))
+
+
+def test_nesting_up_to_the_limit_is_accepted() -> None:
+    depth = 199  # the object itself is the first level
+    raw = ('{"x-deep": ' + "[" * depth + "]" * depth + "}").encode()
+    assert parse_config(raw, PATH)["x-deep"] == _nested(depth)
+
+
+def _nested(depth: int) -> list[object]:
+    value: list[object] = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
 
 
 def test_errors_echo_at_most_a_few_hundred_characters_of_the_input() -> None:

@@ -55,3 +55,27 @@ def test_nvproxy_needed() -> None:
         devices.check_nvproxy(old)
     assert err.value.code is ErrorCode.FAILED_PRECONDITION
     devices.check_nvproxy(RunscInfo("/x", "new", frozenset({"nvproxy"})))
+
+
+DEBIAN_2024 = RunscInfo("/usr/bin/runsc", "0.0~20240729.0", frozenset({"nvproxy"}),
+                        supported_drivers=("535.104.05", "550.54.15", "550.90.07"))
+
+
+def test_a_driver_the_runsc_does_not_list_is_refused_naming_both() -> None:
+    # Outside its list runsc 0.0~20240729's sentry dies at boot, and the CLI says
+    # only "waiting for sandbox to start: EOF".
+    with pytest.raises(AteomError) as err:
+        devices.check_nvproxy_driver(DEBIAN_2024, "580.65.06")
+    assert err.value.code is ErrorCode.FAILED_PRECONDITION
+    message = str(err.value)
+    assert "580.65.06" in message and "535.104.05 to 550.90.07" in message
+    assert "--nvproxy-driver-version" in message
+
+
+@pytest.mark.parametrize(("info", "driver"), [
+    (DEBIAN_2024, "550.90.07"),  # listed
+    (DEBIAN_2024, ""),  # the node's driver is unknown: runsc decides
+    (RunscInfo("/x", "new", frozenset({"nvproxy"})), "580.65.06"),  # the runsc lists none
+])
+def test_a_listed_or_unknowable_driver_passes(info: RunscInfo, driver: str) -> None:
+    devices.check_nvproxy_driver(info, driver)

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from ateom.daemon import runsc as argv
-from ateom.daemon.runsc_probe import RunscInfo, parse_flags, parse_version, probe_runsc
+from ateom.daemon.runsc_probe import (
+    RunscInfo,
+    parse_drivers,
+    parse_flags,
+    parse_version,
+    probe_runsc,
+)
 from ateom.errors import AteomError, ErrorCode
 
 # -- runsc probe + argv -----------------------------------------------------------
@@ -57,9 +65,9 @@ NEWER = RunscInfo("/opt/runsc", "release-2025", frozenset({"nvproxy", "allow-con
                   (("restore", frozenset({"background", "direct", "detach"})),))
 
 
-def _target(info: RunscInfo, **nv: str) -> argv.RunscTarget:
+def _target(info: RunscInfo, *, gpu: bool = False, **nv: str) -> argv.RunscTarget:
     return argv.RunscTarget(info, "/run/ateom/actors/a", ("--network=none",),
-                            argv.NvproxyOptions(**nv))
+                            argv.NvproxyOptions(**nv), gpu=gpu)
 
 
 BASE = ["-log-format", "json", "--alsologtostderr", "-root", "/run/ateom/actors/a"]
@@ -67,33 +75,35 @@ BASE = ["-log-format", "json", "--alsologtostderr", "-root", "/run/ateom/actors/
 
 @pytest.mark.parametrize("gpu", [False, True])
 def test_argv_of_every_runsc_call(gpu: bool) -> None:
-    t = _target(NEWER, driver_version="550.1", capabilities="compute,utility")
+    # A GPU sandbox's nvproxy flags go on every call, not only the root's create and
+    # restore: runsc reads a sub-container's NVIDIA devices by its flags of that call.
+    t = _target(NEWER, gpu=gpu, driver_version="550.1", capabilities="compute,utility")
     nv = (["--nvproxy", "--nvproxy-driver-version=550.1",
            "--nvproxy-allowed-driver-capabilities=compute,utility"] if gpu else [])
     path = ["/opt/runsc"]
-    assert argv.create_argv(t, "_pause", "/b/_pause", "/p", gpu=gpu, log_file="/l") == [
+    head = [*path, *BASE, "--network=none", *nv]
+    assert argv.create_argv(t, "_pause", "/b/_pause", "/p", log_file="/l") == [
         *path, *BASE, "-log", "/l", "--network=none", *nv,
         "create", "-bundle", "/b/_pause", "-pid-file", "/p", "_pause"]
-    assert argv.restore_argv(t, "_pause", "/b", "/img", "/p", gpu=gpu, log_file=None) == [
-        *path, *BASE, "--network=none", *nv, "restore", "-bundle", "/b", "-image-path", "/img",
+    assert argv.create_argv(t, "app", "/b/app", "/p", log_file=None) == [
+        *head, "create", "-bundle", "/b/app", "-pid-file", "/p", "app"]
+    assert argv.restore_argv(t, "_pause", "/b", "/img", "/p", log_file=None) == [
+        *head, "restore", "-bundle", "/b", "-image-path", "/img",
         "-pid-file", "/p", "-background", "-detach", "_pause"]
-    assert argv.start_argv(t, "app") == [*path, *BASE, "--network=none", "start", "app"]
+    assert argv.start_argv(t, "app") == [*head, "start", "app"]
     assert argv.checkpoint_argv(t, "_pause", "/img") == [
-        *path, *BASE, "--network=none", "-allow-connected-on-save",
-        "checkpoint", "-image-path", "/img", "_pause"]
-    assert argv.kill_argv(t, "app", "TERM") == [*path, *BASE, "--network=none", "kill", "app",
-                                                "TERM"]
-    assert argv.wait_argv(t, "app")[-2:] == ["wait", "app"]
-    assert argv.state_argv(t, "app")[-2:] == ["state", "app"]
-    assert argv.delete_argv(t, "app")[-3:] == ["delete", "-force", "app"]
-    assert argv.list_argv(t)[-2:] == ["list", "-quiet"]
-    assert argv.events_stats_argv(t, "_pause")[-3:] == ["events", "--stats", "_pause"]
+        *head, "-allow-connected-on-save", "checkpoint", "-image-path", "/img", "_pause"]
+    assert argv.kill_argv(t, "app", "TERM") == [*head, "kill", "app", "TERM"]
+    assert argv.wait_argv(t, "app") == [*head, "wait", "app"]
+    assert argv.state_argv(t, "app") == [*head, "state", "app"]
+    assert argv.delete_argv(t, "app") == [*head, "delete", "-force", "app"]
+    assert argv.list_argv(t) == [*head, "list", "-quiet"]
+    assert argv.events_stats_argv(t, "_pause") == [*head, "events", "--stats", "_pause"]
 
 
 def test_debian_runsc_gets_no_optional_flags() -> None:
     t = _target(DEBIAN)
-    assert "-background" not in argv.restore_argv(t, "a", "/b", "/i", "/p", gpu=False,
-                                                  log_file=None)
+    assert "-background" not in argv.restore_argv(t, "a", "/b", "/i", "/p", log_file=None)
     assert "-allow-connected-on-save" not in argv.checkpoint_argv(t, "a", "/i")
     # nvproxy options are passed only when the operator set them.
     assert argv.nvproxy_flags(t) == ["--nvproxy"]
@@ -131,3 +141,30 @@ def test_sandbox_root_ids_are_per_actor_and_fit_an_abstract_socket_name() -> Non
     ida, idb = argv.sandbox_root_id(long_a, "_pause"), argv.sandbox_root_id(long_b, "_pause")
     assert ida != idb and len(ida) <= 64 and ida.endswith("_pause")
     assert len(("runsc-sandbox." + ida).encode()) < 108
+
+
+def test_supported_drivers_are_read_oldest_first() -> None:
+    # 0.0~20240729 prints its list in no order.
+    out = "550.54.15\n535.161.07\n550.90.07\n525.60.13\nnot a version\n550.54.15\n"
+    assert parse_drivers(out) == ("525.60.13", "535.161.07", "550.54.15", "550.90.07")
+
+
+def test_the_probe_lists_the_drivers_of_a_runsc_with_nvproxy(tmp_path: Path) -> None:
+    seen: list[list[str]] = []
+
+    def runner(cmd):  # type: ignore[no-untyped-def]
+        seen.append(list(cmd))
+        if cmd[1] == "--version":
+            return 0, "runsc version 0.0~20240729.0\nspec: 1.0.2-dev\n"
+        if cmd[1] == "flags":
+            return 0, "  -nvproxy\n    \tenable nvproxy\n  -root string\n    \troot dir\n"
+        if cmd[1:] == ["nvproxy", "list-supported-drivers"]:
+            return 0, "550.90.07\n535.104.05\n"
+        return 0, ""
+
+    fake = tmp_path / "runsc-drivers"
+    fake.write_text("#!/bin/sh\n")
+    fake.chmod(0o755)
+    info = probe_runsc(str(fake), runner)
+    assert info.supported_drivers == ("535.104.05", "550.90.07")
+    assert [str(fake), "nvproxy", "list-supported-drivers"] in seen

@@ -142,7 +142,8 @@ class FakeRunsc:
         if not self.record.exists():
             return []
         out = [json.loads(line) for line in self.record.read_text().splitlines()]
-        return [a for a in out if a[:1] not in (["--version"], ["flags"], ["help"])]
+        probes = (["--version"], ["flags"], ["help"], ["nvproxy"])
+        return [a for a in out if a[:1] not in probes]
 
     def commands(self) -> list[str]:
         """'<subcommand> <container>' for each call (list as 'list')."""

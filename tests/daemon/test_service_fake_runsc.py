@@ -122,10 +122,11 @@ def test_run_argv_with_gpu(make_world) -> None:  # type: ignore[no-untyped-def]
     assert "--nvproxy" in pause_create
     assert "--nvproxy-driver-version=550.54.15" in pause_create
     assert not any("capabilities" in a for a in pause_create)  # not set: not passed
-    for other in ("start g1_pause", "create app", "start app"):
-        assert not any(a.startswith("--nvproxy") for a in by_command[other])
-    # nvproxy flags are global: before the subcommand.
-    assert pause_create.index("--nvproxy") < pause_create.index("create")
+    # Every call of a GPU sandbox carries them (global flags: before the subcommand).
+    for command, call in by_command.items():
+        name = command.split()[0]
+        assert "--nvproxy" in call and call.index("--nvproxy") < call.index(name), command
+        assert "--nvproxy-driver-version=550.54.15" in call, command
     actor = w.service.actors.get("g1")
     assert actor is not None and actor.devices == ("nvidia.com/gpu=0", "nvidia.com/gpu=1")
 
@@ -177,7 +178,7 @@ def test_failure_rolls_back_in_reverse_and_quotes_runsc_log(make_world) -> None:
     assert len(tail.encode()) <= 2048
     assert w.fake.commands() == [
         "create f1_pause", "start f1_pause", "create app", "start app",
-        "list", "kill app KILL", "kill f1_pause KILL", "delete app", "delete f1_pause",
+        "list", "kill app KILL", "kill f1_pause KILL", "delete f1_pause", "delete app",
     ]
     for name, data in originals.items():
         assert (bundle / name / "config.json").read_bytes() == data
@@ -260,7 +261,7 @@ def test_failed_app_injection_tears_down_the_booted_root(make_world) -> None:  #
     assert w.service.actors.get("o3") is None and not w.state_dir("o3").exists()
 
 
-def test_terminate_term_then_kill_apps_deleted_before_pause(make_world) -> None:  # type: ignore[no-untyped-def]
+def test_terminate_term_then_kill_apps_first_the_root_deleted_first(make_world) -> None:  # type: ignore[no-untyped-def]
     w = make_world(fake_kw={"term_stops": False})
     w.service.run_workload(w.run("t1", "app", "side"))
     start = len(w.fake.commands())
@@ -270,7 +271,9 @@ def test_terminate_term_then_kill_apps_deleted_before_pause(make_world) -> None:
         "list",
         "kill side TERM", "kill app TERM", "kill t1_pause TERM",
         "kill side KILL", "kill app KILL", "kill t1_pause KILL",
-        "delete side", "delete app", "delete t1_pause",
+        # The root first: its delete destroys the sandbox; a sub-container's delete
+        # after it may fail on real runsc (exit 128), which is tolerated.
+        "delete t1_pause", "delete app", "delete side",
     ]
     assert w.service.actors.get("t1") is None
     assert not w.state_dir("t1").exists()
@@ -372,7 +375,7 @@ def test_restore_argv_follows_the_probed_runsc(make_world, newer: bool) -> None:
     w.service.terminate_workload(TerminateRequest(actor=ActorRef("r1")))
 
 
-def test_restore_of_a_gpu_actor_re_injects_and_passes_nvproxy_to_the_sandbox_only(  # type: ignore[no-untyped-def]
+def test_restore_of_a_gpu_actor_re_injects_and_passes_nvproxy_on_every_call(  # type: ignore[no-untyped-def]
         make_world) -> None:
     w = make_world(fake_kw={"global_flags": ["nvproxy"], "restore_flags": ["direct"]})
     bundles = w.bundles("rg", "app")
@@ -386,7 +389,7 @@ def test_restore_of_a_gpu_actor_re_injects_and_passes_nvproxy_to_the_sandbox_onl
     by_command = dict(zip(w.fake.commands(), w.fake.calls(), strict=True))
     assert list(by_command) == ["restore rg_pause", "restore app"]
     assert "--nvproxy" in by_command["restore rg_pause"]
-    assert not any(a.startswith("--nvproxy") for a in by_command["restore app"])
+    assert "--nvproxy" in by_command["restore app"]
     injected = json.loads((bundles / "app" / "config.json").read_bytes())
     assert "/dev/nvidia0" in {d["path"] for d in injected["linux"]["devices"]}
     w.service.terminate_workload(TerminateRequest(actor=ActorRef("rg")))
@@ -647,7 +650,7 @@ def test_calls_for_one_actor_are_serialized(make_world) -> None:  # type: ignore
     runner.join(10)
     commands = w.fake.commands()
     assert commands.index("start app") < commands.index("list")
-    assert commands[-2:] == ["delete app", "delete s2_pause"]
+    assert commands[-2:] == ["delete s2_pause", "delete app"]
     assert w.service.actors.get("s2") is None
 
 

@@ -44,5 +44,5 @@ if ! "$VENV/bin/python" -c 'import sys; sys.exit(sys.prefix == sys.base_prefix)'
     rm -rf "$VENV"
     "$PYTHON" -m venv "$VENV"
 fi
-"$VENV/bin/python" -m pip install -q --disable-pip-version-check -e '.[test]'
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[test]'
 bash scripts/install_runsc.sh

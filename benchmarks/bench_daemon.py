@@ -263,9 +263,9 @@ class Bench:
             build_busybox_bundle(bundles / "app", ["sleep", "100000"])
         return bundles
 
-    def target(self, root: Path) -> RunscTarget:
+    def target(self, root: Path, *, gpu: bool = False) -> RunscTarget:
         """ateom's view of runsc for an actor whose state is under `root`."""
-        return RunscTarget(info=self.info, root=str(root), global_flags=tuple(FLAGS))
+        return RunscTarget(info=self.info, root=str(root), global_flags=tuple(FLAGS), gpu=gpu)
 
     def runsc_argv(self, argv: list[str], *, log: Path, check: bool = True,
                    marks: list[tuple[float, float]] | None = None) -> float:
@@ -320,16 +320,16 @@ class Bench:
         log_dir = self.base / "raw" / "logs" / uid
         root.mkdir(parents=True, mode=0o700)
         log_dir.mkdir(parents=True, mode=0o750)
-        target = self.target(root)
+        target = self.target(root, gpu=True)  # the actor's app has GPUs
         ids = {"_pause": f"{uid}_pause", "app": "app"}
         marks: list[tuple[float, float]] = []
         cpu = self.cpu_s(os.getpid())
         t0 = time.time()
         started = time.perf_counter()
-        for name, gpu in (("_pause", True), ("app", False)):
+        for name in ("_pause", "app"):
             stdio, own = log_dir / f"{name}.log", str(log_dir / f"{name}.runsc.log")
             create = create_argv(target, ids[name], str(bundles / name),
-                                 str(root / f"{ids[name]}.pid"), gpu=gpu, log_file=own)
+                                 str(root / f"{ids[name]}.pid"), log_file=own)
             took = self.runsc_argv(create, log=stdio, marks=marks)
             self.raw_phases.setdefault(f"create:{name}", []).append(took * 1000)
             took = self.runsc_argv(start_argv(target, ids[name], log_file=own), log=stdio,

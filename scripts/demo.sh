@@ -2,7 +2,7 @@
 # The main job on bundled fixtures, driven with grpcurl as an operator would:
 #   1. a GPU actor: what it sees, a GPU checkpoint through cuda-checkpoint, its record,
 #      and its restore (root, then app) with the app continuing from memory;
-#   2. a restore refused on a worker whose driver differs, with the reason;
+#   2. that checkpoint offered to a worker whose driver differs: not restorable there, and why;
 #   3. a CPU actor whose in-memory counter survives checkpoint -> restore;
 #   4. a 4-GPU worker in exclusive mode: 6 intermittent actors take turns;
 #   5. the same six in shared mode.
@@ -27,9 +27,9 @@ step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 call() { # call METHOD JSON: a gRPC call over the unix socket, as an operator makes it
     grpcurl -plaintext -unix -d "$2" "$SOCK" "$1"
 }
-refused() { # refused METHOD JSON: a call that must fail; prints its code and message
+refused() { # refused METHOD JSON: a call that must be answered no; prints its code and message
     if out=$(call "$1" "$2" 2>&1); then echo "unexpected success: $out" >&2; exit 1; fi
-    printf '%s\n' "$out" | sed -n 's/^ *Code: /  refused: /p; s/^ *Message: /  reason:  /p' | cut -c1-400
+    printf '%s\n' "$out" | sed -n 's/^ *Code: /  answer:  /p; s/^ *Message: /  because: /p' | cut -c1-400
 }
 dirs() { echo "{\"root_dir\":\"$DEMO/actors/$1\",\"oci_bundle_dir\":\"$DEMO/actors/$1/bundles\",\"checkpoint_dir\":\"$DEMO/actors/$1/checkpoint\",\"restore_dir\":\"$DEMO/actors/$1/restore\"}"; }
 run_gpu() { # run_gpu UID [GPUS_JSON]: an actor whose app container takes its GPUs
@@ -168,10 +168,13 @@ call ateom.Inspect/ListActors '{}' | grep -E '"(actor_uid|phase|state)"' | head 
 call ateom.Ateom/TerminateWorkload '{"actor_uid":"gpu-demo"}' >/dev/null
 echo "terminated: runsc list is empty: [$(runsc --root "$DEMO/run/actors/gpu-demo" list -quiet 2>/dev/null || true)]"
 
-step "2. the same restore on a worker whose driver differs: refused from the record, before any runsc call"
+step "2. the same checkpoint offered to a worker whose driver differs: ateom answers from the record, before any runsc call"
 stop_daemon
 serve "$DEMO/node2-newdriver" --max-actors 2
-refused ateom.Ateom/RestoreWorkload "{\"actor_uid\":\"gpu-demo\",\"preserve_restore_dir\":true,\"spec\":{\"containers\":[{\"name\":\"app\"}]},\"actor_dirs\":$(dirs gpu-demo)}"
+# Another actor of the node agent's, given gpu-demo's checkpoint as its restore image.
+mkdir -p "$DEMO/actors/gpu-moved"
+cp -r "$DEMO/actors/gpu-demo/bundles" "$DEMO/actors/gpu-demo/restore" "$DEMO/actors/gpu-moved/"
+refused ateom.Ateom/RestoreWorkload "{\"actor_uid\":\"gpu-moved\",\"preserve_restore_dir\":true,\"spec\":{\"containers\":[{\"name\":\"app\"}]},\"actor_dirs\":$(dirs gpu-moved)}"
 echo "--- ateom checkpoint-info --here says the same, offline:"
 PATH="$DEMO/node2-newdriver/bin:$PATH" ATEOM_RUNSC="$DEMO/bin/runsc" \
     ATEOM_GPU_GLOB="$DEMO/node2-newdriver/dev/nvidia[0-9]*" \

@@ -92,4 +92,4 @@ def test_merge_shares_what_it_does_not_edit_with_the_input() -> None:
     assert out["linux"]["resources"]["memory"] is given["linux"]["resources"]["memory"]
     assert out["mounts"][0] is given["mounts"][0]  # the image's own mount entry
     assert out["linux"]["devices"] == [{"path": "/dev/gpu0", "type": "c", "major": 195,
-                                        "minor": 0}]
+                                        "minor": 0, "fileMode": 0o666}]

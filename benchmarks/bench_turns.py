@@ -59,11 +59,14 @@ from ateom.daemon.runsc import (  # noqa: E402
 )
 from ateom.daemon.runsc_probe import probe_runsc  # noqa: E402
 from ateom.daemon.sandbox import kill_sandbox_processes  # noqa: E402
-from ateom.daemon.state_dir import remove_state_dir  # noqa: E402
-from tests.daemon.harness import Daemon, World  # noqa: E402
+from ateom.daemon.state_dir import remove_state_dir, unmount_under  # noqa: E402
+from tests.daemon.harness import GPUS, Daemon, World  # noqa: E402
 from tests.support import DEFAULT_DRIVER_VERSION, build_busybox_bundle  # noqa: E402
 from tests.support.newest_runsc import newest_runsc  # noqa: E402
-from tests.support.stand_in_gpu import stand_in_gpu_prefix  # noqa: E402
+from tests.support.stand_in_gpu import (  # noqa: E402
+    install_cdi_hook_stand_in,
+    stand_in_gpu_prefix,
+)
 
 FLAGS = ("--network=none", "--ignore-cgroups")
 IN_NAMESPACE = "ATEOM_BENCH_TURNS_IN_NAMESPACE"
@@ -103,6 +106,7 @@ def image_bytes(image: Path) -> int:
 class Turns:
     def __init__(self, base: Path, runsc: str, gpu: bool) -> None:
         self.world = World(base)
+        install_cdi_hook_stand_in(base / "toolkit")  # the toolkit dir the Daemon names
         self.runsc_path = runsc
         self.gpu = gpu
         self.reaper = Reaper().start(reap_all=True)
@@ -165,7 +169,9 @@ class Turns:
         self.run(uid, size, kind)
         kept = self.world.base / "injected" / uid
         shutil.rmtree(kept, ignore_errors=True)
-        shutil.copytree(self.world.actors_root / uid / "bundles", kept, symlinks=True)
+        # Not runsc's own files of the running sandbox (its rootfs overlay's filestore).
+        shutil.copytree(self.world.actors_root / uid / "bundles", kept, symlinks=True,
+                        ignore=shutil.ignore_patterns(".gvisor.filestore.*"))
         self.daemon.stub.TerminateWorkload(pb.TerminateWorkloadRequest(actor_uid=uid),
                                            timeout=120)
         return kept
@@ -187,7 +193,8 @@ class Turns:
             started = time.perf_counter()
             done = self.reaper.run(argv, log_path=str(log), timeout=600)
             if done.returncode != 0:
-                raise SystemExit(f"{argv[-2:]} failed ({done.returncode}); see {log}")
+                tail = log.read_text(errors="replace")[-1500:] if log.exists() else ""
+                raise SystemExit(f"{argv[-2:]} failed ({done.returncode}):\n{tail}")
             return time.perf_counter() - started
 
         for name, bundle in zip(names, containers, strict=True):
@@ -269,7 +276,7 @@ def main() -> int:
     if "gpu" in kinds and not os.environ.get(IN_NAMESPACE):
         base = Path(tempfile.mkdtemp(prefix="ateom-bench-turns-ns-"))
         os.environ[IN_NAMESPACE] = "1"
-        os.execvp("unshare", [*stand_in_gpu_prefix(base, 1), sys.executable, *sys.argv])
+        os.execvp("unshare", [*stand_in_gpu_prefix(base, GPUS), sys.executable, *sys.argv])
     info = probe_runsc(runsc)
     print(f"runsc: {runsc} ({info.version}){'' if newest or args.runsc else '; ' + why}")
     results: dict[str, object] = {"runsc": info.version}
@@ -300,6 +307,7 @@ def main() -> int:
                       f"{stats_ms(together)['median']} ms (median wall)")
         finally:
             turns.close()
+            unmount_under(tmp)  # what a failed round's runsc left mounted
     print(json.dumps(results))
     return 0
 

@@ -37,7 +37,11 @@ from tests.daemon.harness import GPUS, RUNSC, Daemon, World, runsc_processes
 from tests.support import DEFAULT_DRIVER_VERSION
 from tests.support.newest_runsc import newest_runsc
 from tests.support.runsc_real import RealRunsc, real_runsc
-from tests.support.stand_in_gpu import can_make_namespaces, stand_in_gpu_prefix
+from tests.support.stand_in_gpu import (
+    can_make_namespaces,
+    install_cdi_hook_stand_in,
+    stand_in_gpu_prefix,
+)
 
 NEWEST, WHY_NOT_NEWEST = newest_runsc()
 GRPCURL = shutil.which("grpcurl")
@@ -117,21 +121,9 @@ def nothing_left(daemon: Daemon, uid: str) -> None:
     assert not runsc_processes(str(state))
 
 
-def hook_stand_in(world: World) -> Path:
-    """The toolkit's nvidia-cdi-hook, as a stand-in recording its runs: runsc from
-    2026 runs a spec's createContainer hooks (Debian's 0.0~20240729 does not)."""
-    toolkit = world.base / "toolkit"
-    toolkit.mkdir(exist_ok=True)
-    hook = toolkit / "nvidia-cdi-hook"
-    calls = toolkit / "hook-calls"
-    hook.write_text(f'#!/bin/sh\necho "$*" >> {calls}\n')
-    hook.chmod(0o755)
-    return calls
-
-
 def newest_daemon(world: World, name: str, **extra: str) -> Daemon:
     assert NEWEST is not None
-    hook_stand_in(world)
+    install_cdi_hook_stand_in(world.base / "toolkit")  # the Daemon's toolkit dir
     return Daemon(world, NEWEST.path, run_dir=world.base / f"run-{name}",
                   wrap=stand_in_gpu_prefix(world.base / f"dev-{name}", GPUS),
                   nvproxy_driver_version=DEFAULT_DRIVER_VERSION, **extra)

@@ -59,3 +59,16 @@ def stand_in_gpu_prefix(scratch: str | os.PathLike[str], gpus: int) -> tuple[str
     Path(scratch).mkdir(parents=True, exist_ok=True)
     return ("unshare", "--mount", "--propagation", "private", "sh", "-c", _SCRIPT,
             "stand-in-gpu", str(scratch), str(gpus))
+
+
+def install_cdi_hook_stand_in(toolkit_dir: str | os.PathLike[str]) -> Path:
+    """The toolkit's ``nvidia-cdi-hook`` as a stand-in that records each run (its
+    arguments, one line) and succeeds; returns the record file. runsc from 2026
+    runs a spec's createContainer hooks itself (Debian's 0.0~20240729 does not)."""
+    toolkit = Path(toolkit_dir)
+    toolkit.mkdir(parents=True, exist_ok=True)
+    calls = toolkit / "hook-calls"
+    hook = toolkit / "nvidia-cdi-hook"
+    hook.write_text(f'#!/bin/sh\necho "$*" >> {calls}\n')
+    hook.chmod(0o755)
+    return calls

@@ -23,8 +23,11 @@ Per size and kind, n rounds, the two sides' order alternating between rounds:
   ateom frees the worker), restore of each container;
 - through ateom: CheckpointWorkload, RestoreWorkload over the unix socket.
 Also, per round: the image's size and MB/s, and the time from the restore call to
-the restored process's first new tick (time to useful work). And `--concurrent`
-actors restored at once through ateom vs the same restores by runsc alone, vs one.
+the restored process's first new tick (time to useful work). `--concurrent` actors
+(256 MiB) restored at once through ateom vs the same restores by runsc alone, vs
+one. With GPU actors, the hand-over on an exclusive worker: B refused while A holds
+every GPU, then CheckpointWorkload(A) and B's RunWorkload at once: from A's
+checkpoint call to B running, against A's checkpoint plus B's Run measured alone.
 Prints min/median/p99 tables and one JSON line with every figure.
 """
 
@@ -40,7 +43,10 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+
+import grpc
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -101,6 +107,24 @@ def wait_text(path: Path, text: str, after: int = 0, timeout: float = 120) -> fl
 
 def image_bytes(image: Path) -> int:
     return sum(p.stat().st_size for p in image.rglob("*") if p.is_file())
+
+
+@dataclass
+class Alone:
+    """An actor run by this process with ateom's command lines (runsc alone)."""
+
+    target: RunscTarget
+    template: Path
+    containers: list[tuple[str, str]]  # (runsc id, bundle), the root first
+    root: Path
+    logs: Path
+    image: Path
+    checkpoint: float = 0.0
+
+    @property
+    def out(self) -> Path:
+        """The stdio log of the container that holds the memory and ticks."""
+        return self.logs / f"{self.containers[-1][1]}.log"
 
 
 class Turns:
@@ -176,8 +200,13 @@ class Turns:
                                            timeout=120)
         return kept
 
-    def alone_turn(self, uid: str, template: Path, kind: str) -> dict[str, float]:
-        names = [f"{template.name}_pause"] + (["app"] if kind == "gpu" else [])
+    def alone_boot_and_save(self, uid: str, template: Path, kind: str) -> Alone:
+        """Boot the actor from ateom's bundles, let it fill its memory, checkpoint it
+        and free the worker (kill, delete), with ateom's command lines."""
+        # A GPU actor's app names its sandbox (<template uid>_pause, in its CRI
+        # annotations); a lone root is free to take this run's uid, as the
+        # concurrent runs must (the root's id names its control socket).
+        names = [f"{template.name}_pause", "app"] if kind == "gpu" else [f"{uid}_pause"]
         containers = ["_pause"] + (["app"] if kind == "gpu" else [])
         base = self.world.base / "alone" / uid
         shutil.rmtree(base, ignore_errors=True)
@@ -186,48 +215,79 @@ class Turns:
             d.mkdir(parents=True, mode=0o700)
         # The flags ateom's daemon passes (the GPU sandbox's nvproxy, driver pinned).
         nvproxy = NvproxyOptions(DEFAULT_DRIVER_VERSION if self.gpu else "")
-        t = RunscTarget(self.info, str(root), FLAGS, nvproxy, gpu=kind == "gpu")
-        out = logs / (containers[-1] + ".log")
-
-        def call(argv: list[str], log: Path) -> float:
-            started = time.perf_counter()
-            done = self.reaper.run(argv, log_path=str(log), timeout=600)
-            if done.returncode != 0:
-                tail = log.read_text(errors="replace")[-1500:] if log.exists() else ""
-                raise SystemExit(f"{argv[-2:]} failed ({done.returncode}):\n{tail}")
-            return time.perf_counter() - started
-
-        for name, bundle in zip(names, containers, strict=True):
+        a = Alone(RunscTarget(self.info, str(root), FLAGS, nvproxy, gpu=kind == "gpu"),
+                  template, list(zip(names, containers, strict=True)), root, logs, image)
+        for name, bundle in a.containers:
             log = logs / f"{bundle}.log"
-            call(create_argv(t, name, str(template / bundle), str(root / f"{name}.pid"),
-                             log_file=str(logs / f"{bundle}.runsc.log")), log)
-            call(start_argv(t, name), log)
-        wait_text(out, "tick=2\n")
+            self.call(create_argv(a.target, name, str(template / bundle),
+                                  str(root / f"{name}.pid"),
+                                  log_file=str(logs / f"{bundle}.runsc.log")), log)
+            self.call(start_argv(a.target, name), log)
+        wait_text(a.out, "tick=2\n")
         started = time.perf_counter()
-        call(checkpoint_argv(t, names[0], str(image)), logs / "ckpt.log")
-        for name in names:  # free the worker as ateom does
-            self.reaper.run(kill_argv(t, name, "KILL"), log_path=str(logs / "k.log"), timeout=60)
-        for name in names:
-            self.reaper.run(delete_argv(t, name), log_path=str(logs / "k.log"), timeout=60)
-        ckpt = time.perf_counter() - started
-        size_bytes = image_bytes(image)
-        mark = out.stat().st_size
+        self.call(checkpoint_argv(a.target, names[0], str(image)), logs / "ckpt.log")
+        self.free(a)
+        a.checkpoint = time.perf_counter() - started
+        return a
+
+    def alone_restore(self, a: Alone, *, until_useful: bool = True) -> tuple[float, float]:
+        """(restore, time to the first new tick) of a saved actor (the second 0.0 when
+        not `until_useful`: the restore calls alone, as an RPC's return measures)."""
+        mark = a.out.stat().st_size
         started = time.perf_counter()
-        for name, bundle in zip(names, containers, strict=True):
-            call(restore_argv(t, name, str(template / bundle), str(image),
-                              str(root / f"{name}.pid"), log_file=None), logs / f"{bundle}.log")
+        for name, bundle in a.containers:
+            self.call(restore_argv(a.target, name, str(a.template / bundle), str(a.image),
+                                   str(a.root / f"{name}.pid"), log_file=None),
+                      a.logs / f"{bundle}.log")
         restore = time.perf_counter() - started
-        useful = restore + wait_text(out, "tick=", after=mark)
-        for name in names:
-            self.reaper.run(kill_argv(t, name, "KILL"), log_path=str(logs / "k.log"), timeout=60)
-            self.reaper.run(delete_argv(t, name), log_path=str(logs / "k.log"), timeout=60)
-        kill_sandbox_processes(str(root))
-        remove_state_dir(str(root))
-        return {"checkpoint": ckpt, "restore": restore, "useful": useful, "bytes": size_bytes}
+        if not until_useful:
+            return restore, 0.0
+        return restore, restore + wait_text(a.out, "tick=", after=mark)
+
+    def free(self, a: Alone) -> None:
+        """Kill and delete every container (the root first, as ateom does)."""
+        for name, _ in a.containers:
+            self.reaper.run(kill_argv(a.target, name, "KILL"), log_path=str(a.logs / "k.log"),
+                            timeout=60)
+        for name, _ in a.containers:
+            self.reaper.run(delete_argv(a.target, name), log_path=str(a.logs / "k.log"),
+                            timeout=60)
+
+    def alone_teardown(self, a: Alone) -> None:
+        self.free(a)
+        kill_sandbox_processes(str(a.root))
+        remove_state_dir(str(a.root))
+
+    def call(self, argv: list[str], log: Path) -> float:
+        started = time.perf_counter()
+        done = self.reaper.run(argv, log_path=str(log), timeout=600)
+        if done.returncode != 0:
+            tail = log.read_text(errors="replace")[-1500:] if log.exists() else ""
+            raise SystemExit(f"{argv[-2:]} failed ({done.returncode}):\n{tail}")
+        return time.perf_counter() - started
+
+    def alone_turn(self, uid: str, template: Path, kind: str) -> dict[str, float]:
+        a = self.alone_boot_and_save(uid, template, kind)
+        size_bytes = image_bytes(a.image)
+        restore, useful = self.alone_restore(a)
+        self.alone_teardown(a)
+        return {"checkpoint": a.checkpoint, "restore": restore, "useful": useful,
+                "bytes": size_bytes}
+
+    def concurrent_alone(self, count: int, template: Path) -> float:
+        saved = [self.alone_boot_and_save(f"{template.name}-{i}", template, "cpu")
+                 for i in range(count)]
+        # Each needs its own sandbox id: the root's id names its control socket.
+        took = parallel([lambda a=a: self.alone_restore(a, until_useful=False)  # type: ignore[misc]
+                         for a in saved])
+        for a in saved:
+            self.alone_teardown(a)
+        return took
 
     # -- concurrent restores ------------------------------------------------------------
 
     def concurrent_ateom(self, count: int, size: int) -> float:
+        """Wall time of `count` RestoreWorkload calls at once (prepared first)."""
         uids = [f"c{i}" for i in range(count)]
         for uid in uids:
             dirs = self.run(uid, size, "cpu")
@@ -297,19 +357,107 @@ def main() -> int:
                                                                     kind))
                     report(results, kind, size, sides)
             if args.concurrent:
-                size = 64
-                one = [turns.ateom_turn("single", size, "cpu")["restore"] for _ in range(3)]
-                together = [turns.concurrent_ateom(args.concurrent, size) for _ in range(3)]
-                results["concurrent"] = {"one_restore": stats_ms(one),
-                                         f"{args.concurrent}_at_once": stats_ms(together)}
-                print(f"restores of {size} MiB actors through ateom: one "
-                      f"{stats_ms(one)['median']} ms; {args.concurrent} at once "
-                      f"{stats_ms(together)['median']} ms (median wall)")
+                concurrent(turns, results, args.concurrent, 256, args.n)
+            if "gpu" in kinds:
+                handover(turns, results, 64, args.n)
         finally:
             turns.close()
             unmount_under(tmp)  # what a failed round's runsc left mounted
     print(json.dumps(results))
     return 0
+
+
+def concurrent(turns: Turns, results: dict[str, object], count: int, size: int,
+               rounds: int) -> None:
+    """`count` restores at once through ateom vs by runsc alone, vs one (interleaved)."""
+    template = turns.template("tconc", size, "cpu")
+    sides: dict[str, list[float]] = {"one_ateom": [], "one_alone": [], "ateom": [], "alone": []}
+    for i in range(max(rounds // 2, 3)):
+        for side in (("alone", "ateom") if i % 2 == 0 else ("ateom", "alone")):
+            if side == "ateom":
+                sides["ateom"].append(turns.concurrent_ateom(count, size))
+                sides["one_ateom"].append(turns.ateom_turn("single", size, "cpu")["restore"])
+            else:
+                sides["alone"].append(turns.concurrent_alone(count, template))
+                sides["one_alone"].append(turns.alone_turn("single", template, "cpu")["restore"])
+    row = {k: stats_ms(v) for k, v in sides.items()}
+    ratio = row["ateom"]["median"] / max(row["alone"]["median"], 1e-9)
+    results[f"concurrent-{count}x{size}"] = {**row, "ateom_over_alone": round(ratio, 3)}
+    for k, v in row.items():
+        print(f"restore {size} MiB {k:10} min {v['min']:8.1f} median {v['median']:8.1f} "
+              f"p99 {v['p99']:8.1f} ms")
+    print(f"{count} restores at once: through ateom {ratio:.3f} x runsc alone (medians)")
+
+
+def handover(turns: Turns, results: dict[str, object], size: int, rounds: int) -> None:
+    """The GPU hand-over on an exclusive worker where A and B each need every GPU: B
+    refused, then CheckpointWorkload(A) and B's RunWorkload retried at once; the time
+    from A's checkpoint call to B running, against A's checkpoint plus B's Run."""
+    world = turns.world
+    excl = Daemon(world, turns.runsc_path, run_dir=world.base / "run-exclusive",
+                  gpu_placement="exclusive", nvproxy_driver_version=DEFAULT_DRIVER_VERSION)
+    every = pb.GpuRequest(count=GPUS)
+    figures: dict[str, list[float]] = {"handover": [], "checkpoint_a": [], "run_b": [],
+                                       "gap": []}
+    try:
+        for i in range(rounds):
+            a, b = f"ha{i}", f"hb{i}"
+            for uid in (a, b):
+                turns.actor(uid, size, "gpu")
+            runs = {uid: pb.RunWorkloadRequest(
+                actor_uid=uid, actor_dirs=world.actor_dirs(uid), gpus=every,
+                spec=pb.WorkloadSpec(containers=[pb.Container(name="app")])) for uid in (a, b)}
+            excl.stub.RunWorkload(runs[a], timeout=300)
+            wait_text(excl.run_dir / "logs" / a / "app.log", "tick=2\n")
+            try:
+                excl.stub.RunWorkload(runs[b], timeout=60)
+                raise SystemExit("B ran while A held every GPU: not an exclusive worker")
+            except grpc.RpcError as err:
+                if err.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
+                    raise
+            started = time.perf_counter()
+            excl.stub.CheckpointWorkload(pb.CheckpointWorkloadRequest(
+                actor_uid=a, actor_dirs=world.actor_dirs(a)), timeout=600)
+            saved = time.perf_counter()
+            excl.stub.RunWorkload(runs[b], timeout=300)
+            done = time.perf_counter()
+            figures["handover"].append(done - started)
+            figures["checkpoint_a"].append(saved - started)
+            figures["run_b"].append(done - saved)
+            excl.stub.TerminateWorkload(pb.TerminateWorkloadRequest(actor_uid=b), timeout=120)
+        # B's Run on a free worker, and A's checkpoint with no one waiting: the parts alone.
+        alone: dict[str, list[float]] = {"checkpoint_a": [], "run_b": []}
+        for i in range(rounds):
+            a, b = f"sa{i}", f"sb{i}"
+            for uid in (a, b):
+                turns.actor(uid, size, "gpu")
+            started = time.perf_counter()
+            excl.stub.RunWorkload(pb.RunWorkloadRequest(
+                actor_uid=b, actor_dirs=world.actor_dirs(b), gpus=every,
+                spec=pb.WorkloadSpec(containers=[pb.Container(name="app")])), timeout=300)
+            alone["run_b"].append(time.perf_counter() - started)
+            excl.stub.TerminateWorkload(pb.TerminateWorkloadRequest(actor_uid=b), timeout=120)
+            excl.stub.RunWorkload(pb.RunWorkloadRequest(
+                actor_uid=a, actor_dirs=world.actor_dirs(a), gpus=every,
+                spec=pb.WorkloadSpec(containers=[pb.Container(name="app")])), timeout=300)
+            wait_text(excl.run_dir / "logs" / a / "app.log", "tick=2\n")
+            started = time.perf_counter()
+            excl.stub.CheckpointWorkload(pb.CheckpointWorkloadRequest(
+                actor_uid=a, actor_dirs=world.actor_dirs(a)), timeout=600)
+            alone["checkpoint_a"].append(time.perf_counter() - started)
+    finally:
+        excl.stop()
+    row = {k: stats_ms(v) for k, v in figures.items() if v}
+    row.update({f"{k}_alone": stats_ms(v) for k, v in alone.items()})
+    budget = row["checkpoint_a_alone"]["median"] + row["run_b_alone"]["median"]
+    row["over_parts_ms"] = round(row["handover"]["median"] - budget, 1)
+    results[f"handover-{size}"] = row
+    for k, v in row.items():
+        if isinstance(v, dict):
+            print(f"hand-over {k:18} min {v['min']:8.1f} median {v['median']:8.1f} "
+                  f"p99 {v['p99']:8.1f} ms")
+    print(f"hand-over median {row['handover']['median']} ms vs A's checkpoint + B's Run alone "
+          f"{budget:.1f} ms: {row['over_parts_ms']:+.1f} ms")
 
 
 def report(results: dict[str, object], kind: str, size: int,

@@ -145,7 +145,7 @@ def handover(turns: Turns, results: dict[str, object], size: int, rounds: int) -
                 actor_uid=uid, actor_dirs=world.actor_dirs(uid), gpus=every,
                 spec=pb.WorkloadSpec(containers=[pb.Container(name="app")])) for uid in (a, b)}
             excl.stub.RunWorkload(runs[a], timeout=300)
-            wait_text(excl.run_dir / "logs" / a / "app.log", "tick=2\n")
+            wait_text(excl.run_dir / "logs" / a / "app.log", "tick=2\n")  # a fresh uid
             try:
                 excl.stub.RunWorkload(runs[b], timeout=60)
                 raise SystemExit("B ran while A held every GPU: not an exclusive worker")

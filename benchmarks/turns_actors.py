@@ -121,11 +121,15 @@ class Turns:
         return self.daemon.run_dir / "logs" / uid / ("app.log" if kind == "gpu" else "_pause.log")
 
     def run(self, uid: str, size: int, kind: str) -> pb.ActorDirs:
+        """RunWorkload, then wait until this run's process holds its memory (its log
+        outlives earlier runs of the uid: only what it writes from now on counts)."""
         dirs, containers = self.actor(uid, size, kind)
+        log = self.log(uid, kind)
+        mark = log.stat().st_size if log.exists() else 0
         self.daemon.stub.RunWorkload(pb.RunWorkloadRequest(
             actor_uid=uid, actor_dirs=dirs, spec=pb.WorkloadSpec(containers=containers)),
             timeout=300)
-        wait_text(self.log(uid, kind), "tick=2\n")
+        wait_text(log, "tick=2\n", after=mark)
         return dirs
 
     # -- through ateom --------------------------------------------------------------

@@ -126,6 +126,32 @@ def concurrent(turns: Turns, results: dict[str, object], count: int, size: int,
     print(f"{count} restores at once: through ateom {ratio:.3f} x runsc alone (medians)")
 
 
+def handover_parts(turns: Turns, excl: Daemon, size: int, rounds: int
+                   ) -> dict[str, list[float]]:
+    """B's Run on a free worker, and A's checkpoint with no one waiting: the parts alone."""
+    world, every = turns.world, pb.GpuRequest(count=GPUS)
+    alone: dict[str, list[float]] = {"checkpoint_a": [], "run_b": []}
+    for i in range(rounds):
+        a, b = f"sa{i}", f"sb{i}"
+        for uid in (a, b):
+            turns.actor(uid, size, "gpu")
+        started = time.perf_counter()
+        excl.stub.RunWorkload(pb.RunWorkloadRequest(
+            actor_uid=b, actor_dirs=world.actor_dirs(b), gpus=every,
+            spec=pb.WorkloadSpec(containers=[pb.Container(name="app")])), timeout=300)
+        alone["run_b"].append(time.perf_counter() - started)
+        excl.stub.TerminateWorkload(pb.TerminateWorkloadRequest(actor_uid=b), timeout=120)
+        excl.stub.RunWorkload(pb.RunWorkloadRequest(
+            actor_uid=a, actor_dirs=world.actor_dirs(a), gpus=every,
+            spec=pb.WorkloadSpec(containers=[pb.Container(name="app")])), timeout=300)
+        wait_text(excl.run_dir / "logs" / a / "app.log", "tick=2\n")
+        started = time.perf_counter()
+        excl.stub.CheckpointWorkload(pb.CheckpointWorkloadRequest(
+            actor_uid=a, actor_dirs=world.actor_dirs(a)), timeout=600)
+        alone["checkpoint_a"].append(time.perf_counter() - started)
+    return alone
+
+
 def handover(turns: Turns, results: dict[str, object], size: int, rounds: int) -> None:
     """The GPU hand-over on an exclusive worker where A and B each need every GPU: B
     refused, then CheckpointWorkload(A) and B's RunWorkload retried at once; the time
@@ -162,26 +188,7 @@ def handover(turns: Turns, results: dict[str, object], size: int, rounds: int) -
             figures["checkpoint_a"].append(saved - started)
             figures["run_b"].append(done - saved)
             excl.stub.TerminateWorkload(pb.TerminateWorkloadRequest(actor_uid=b), timeout=120)
-        # B's Run on a free worker, and A's checkpoint with no one waiting: the parts alone.
-        alone: dict[str, list[float]] = {"checkpoint_a": [], "run_b": []}
-        for i in range(rounds):
-            a, b = f"sa{i}", f"sb{i}"
-            for uid in (a, b):
-                turns.actor(uid, size, "gpu")
-            started = time.perf_counter()
-            excl.stub.RunWorkload(pb.RunWorkloadRequest(
-                actor_uid=b, actor_dirs=world.actor_dirs(b), gpus=every,
-                spec=pb.WorkloadSpec(containers=[pb.Container(name="app")])), timeout=300)
-            alone["run_b"].append(time.perf_counter() - started)
-            excl.stub.TerminateWorkload(pb.TerminateWorkloadRequest(actor_uid=b), timeout=120)
-            excl.stub.RunWorkload(pb.RunWorkloadRequest(
-                actor_uid=a, actor_dirs=world.actor_dirs(a), gpus=every,
-                spec=pb.WorkloadSpec(containers=[pb.Container(name="app")])), timeout=300)
-            wait_text(excl.run_dir / "logs" / a / "app.log", "tick=2\n")
-            started = time.perf_counter()
-            excl.stub.CheckpointWorkload(pb.CheckpointWorkloadRequest(
-                actor_uid=a, actor_dirs=world.actor_dirs(a)), timeout=600)
-            alone["checkpoint_a"].append(time.perf_counter() - started)
+        alone = handover_parts(turns, excl, size, rounds)
     finally:
         excl.stop()
     row = {k: stats_ms(v) for k, v in figures.items() if v}

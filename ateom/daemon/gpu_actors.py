@@ -100,17 +100,17 @@ class GpuActors:
     def tool_searched(self) -> str:
         return ", ".join(self.tool()[1])
 
-    def check_driver(self, info: RunscInfo, view: DeviceView) -> None:
+    def check_driver(self, info: RunscInfo, view: DeviceView, kind: str) -> None:
         """Refuse (FAILED_PRECONDITION) an actor that gets GPUs when the driver its
         nvproxy would use is not one `info`'s runsc supports (reads the GPU
-        inventory once)."""
+        inventory once); counted as refusal `kind` ("run", "restore")."""
         if view.registry is None or not view.pod_default:
             return
         driver = self.nvproxy_driver_version or self.pool.worker().driver_version
         try:
             devices.check_nvproxy_driver(info, driver)
         except AteomError:
-            events.refused("run", "unsupported_driver")
+            events.refused(kind, "unsupported_driver")
             raise
 
     def tools(self, view: DeviceView) -> GpuTools:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import time
 from collections.abc import Sequence
 
@@ -30,6 +29,7 @@ from ateom.daemon.reaper import Reaper
 from ateom.daemon.runsc import NvproxyOptions, Runsc, RunscTarget, sandbox_root_id
 from ateom.daemon.runsc_probe import RunscInfo
 from ateom.daemon.sandbox import Sandbox, boot, kill_sandbox_processes, teardown
+from ateom.daemon.state_dir import remove_state_dir
 
 log = structlog.get_logger("ateom.hosting")
 
@@ -138,7 +138,7 @@ class Hosting:
                 teardown(runsc, sorted(runsc.list() or []), 0)
             else:
                 kill_sandbox_processes(root)
-                shutil.rmtree(root, ignore_errors=True)
+                remove_state_dir(root)  # logs what it could not remove
         self.store.give_back_kept(uid)
 
     def leftover_uids(self) -> list[str]:

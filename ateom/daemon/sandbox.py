@@ -28,6 +28,14 @@ from ateom.errors import AteomError, ErrorCode
 log = structlog.get_logger("ateom.sandbox")
 
 
+class TeardownIncomplete(AteomError):
+    """The sandbox is gone, but its runsc state dir (or a mount in it) could not be
+    removed: what stays is named. Terminate reports it; a completed save does not
+    turn into a failure for it (see `AteomService.checkpoint_workload`)."""
+
+    code = ErrorCode.INTERNAL
+
+
 @dataclass
 class Sandbox:
     """What the daemon keeps per hosted actor: its runsc, its plan, and which
@@ -132,7 +140,7 @@ def teardown(runsc: Runsc, runsc_ids: Sequence[str], grace: float, *,
     Skips what `runsc list` no longer shows (`ask_runsc` False: the caller
     knows every container exists, as right after a checkpoint); containers
     runsc lists that `runsc_ids` does not name are killed and deleted too.
-    Raises AteomError INTERNAL when the state dir (or a mount in it) could
+    Raises `TeardownIncomplete` when the state dir (or a mount in it) could
     not be removed: a teardown leaves nothing, or says what it left.
     """
     left: list[str] = []
@@ -159,5 +167,5 @@ def teardown(runsc: Runsc, runsc_ids: Sequence[str], grace: float, *,
             kill_sandbox_processes(runsc.target.root)
             left = remove_state_dir(runsc.target.root)
     if left:
-        raise AteomError(f"teardown left {len(left)} thing(s) behind in the actor's runsc "
-                         f"state dir: {'; '.join(left[:5])}", code=ErrorCode.INTERNAL)
+        raise TeardownIncomplete(f"teardown left {len(left)} thing(s) behind in the actor's"
+                                 f" runsc state dir: {'; '.join(left[:5])}")

@@ -49,6 +49,7 @@ from ateom.daemon.requests import (
 )
 from ateom.daemon.runsc import RunscError
 from ateom.daemon.runsc_probe import PROBE_TIMEOUT, RunscInfo, probe_runsc
+from ateom.daemon.sandbox import TeardownIncomplete
 from ateom.errors import AteomError, ErrorCode, quote
 
 log = structlog.get_logger("ateom.service")
@@ -139,7 +140,7 @@ class AteomService:
             with phase("plan"):
                 view = self.gpus.place(uid, req, info, self.planner.devices(req.containers),
                                        image)
-                self.gpus.check_driver(info, view)
+                self.gpus.check_driver(info, view, op.value)
                 plan = self.planner.plan(uid, req.dirs, req.containers, info, view,
                                          tools=self.gpus.tools(view), cpu_milli=req.cpu_milli,
                                          memory_bytes=req.memory_bytes)
@@ -209,7 +210,14 @@ class AteomService:
                 except BaseException as exc:
                     self._release(actor, grace=0)
                     raise _terminated_by_failed_checkpoint(uid, exc) from exc
-                self._release(actor, grace=0, ask_runsc=False)
+                try:
+                    self._release(actor, grace=0, ask_runsc=False)
+                except TeardownIncomplete as exc:
+                    # The image is whole and the actor unhosted, its GPUs and
+                    # bundles given back: failing the call would have the node
+                    # agent discard a good checkpoint. What stayed is logged
+                    # (state_dir_left_behind) for the operator.
+                    log.error("checkpoint_teardown_incomplete", reason=str(exc))
                 log.info("actor_checkpointed", files=list(files), gpu=gpu is not None)
                 return CheckpointResult(files)
 

@@ -31,6 +31,7 @@ from typing import Any
 
 import pytest
 
+from ateom.daemon.state_dir import mounts_under
 from ateom.gpuinfo.record import RECORD_FILE, parse_record
 from tests.daemon.conftest import _stopped, needs_runsc
 from tests.daemon.harness import GPUS, RUNSC, Daemon, World, runsc_processes
@@ -108,16 +109,16 @@ def wait_ticks(path: Path, above: int, timeout: float = 30) -> list[int]:
     raise AssertionError(f"no tick above {above} in {path}")
 
 
-def mounts_under(pid: int, root: Path) -> list[str]:
-    """Mount points under `root` in the mount namespace of process `pid`."""
-    lines = Path(f"/proc/{pid}/mountinfo").read_text().splitlines()
-    return [f.split()[4] for f in lines if f.split()[4].startswith(str(root) + "/")]
+def mounts_in(pid: int, root: Path) -> list[str]:
+    """Mount points under `root` in the mount namespace of process `pid` (the
+    daemon's private one: runsc's null-netns mounts are made there)."""
+    return mounts_under(str(root), Path(f"/proc/{pid}/mountinfo").read_text())
 
 
 def nothing_left(daemon: Daemon, uid: str) -> None:
     state = daemon.run_dir / "actors" / uid
     assert not state.exists(), sorted(p.name for p in state.iterdir())
-    assert mounts_under(daemon.proc.pid, daemon.run_dir) == []
+    assert mounts_in(daemon.proc.pid, daemon.run_dir) == []
     assert not runsc_processes(str(state))
 
 

@@ -28,12 +28,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ateom.daemon.runsc_probe import parse_drivers
 from tests.support.runsc_release import CommandDef, FlagDef, Release
 
 _ENTRY = re.compile(r"  -([A-Za-z0-9][A-Za-z0-9_.-]*)(?: ([^\s-]\S*))?\n    \t")
 _COMMAND = re.compile(r"^\t(\S+)\s")
 _DATE = re.compile(r"(20\d{6})")
-_DRIVER = re.compile(r"^\d+\.\d+(?:\.\d+)?$")
 # Go flag.PrintDefaults type words, as the emulator's parser names the types.
 _TYPES = {"string": "string", "int": "int", "uint": "uint", "uint64": "uint64",
           "int64": "int64", "duration": "duration", "float": "float"}
@@ -64,14 +64,11 @@ def version_date(version: str) -> int:
     return int(m.group(1)) if m else 0
 
 
-def _driver_key(version: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in version.split("."))
-
-
 def newest_driver(release: Release) -> str | None:
-    """The newest driver ABI in `release`'s list (the lists are not always sorted)."""
-    drivers = [d for d in release.supported_drivers if _DRIVER.match(d)]
-    return max(drivers, key=_driver_key) if drivers else None
+    """The newest driver ABI in `release`'s list (sorted by the daemon's own
+    `parse_drivers`: runsc's order is not always sorted)."""
+    drivers = parse_drivers("\n".join(release.supported_drivers))
+    return drivers[-1] if drivers else None
 
 
 def restores_subcontainers(release: Release) -> bool:
@@ -103,9 +100,7 @@ def probe_real_runsc(path: str) -> Release:
     drivers: tuple[str, ...] = ()
     if "nvproxy" in names:
         code, out = _run([path, "nvproxy", "list-supported-drivers"])
-        if code == 0:
-            drivers = tuple(line.strip() for line in out.splitlines()
-                            if _DRIVER.match(line.strip()))
+        drivers = parse_drivers(out) if code == 0 else ()
     tag = version.split()[2] if len(version.split()) > 2 else "unknown"
     return Release(
         tag=tag, date=version_date(tag), version_output=version, flags=parse_print_defaults(

@@ -60,10 +60,10 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from ateom._proto import ateom_pb2 as pb
 from ateom._proto import ateom_pb2_grpc as pb_grpc
 from ateom.daemon.logs import configure_logging
-from ateom.daemon.reaper import Reaper
-from ateom.daemon.runsc import RunscTarget, create_argv, start_argv
-from ateom.daemon.runsc_probe import probe_runsc
-from ateom.daemon.sandbox import kill_sandbox_processes
+from ateom.daemon.sandbox.teardown import kill_sandbox_processes
+from ateom.process.reaper import Reaper
+from ateom.runsc.commands import RunscTarget, create_argv, start_argv
+from ateom.runsc.probe import probe_runsc
 from tests.support import build_busybox_bundle, build_fake_driver_libs, write_sim_gpu_spec
 
 RUNSC = shutil.which("runsc") or "/usr/bin/runsc"

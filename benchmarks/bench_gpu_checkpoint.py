@@ -32,16 +32,16 @@ from typing import Any
 
 import structlog
 
-from ateom.daemon.config import DaemonConfig
-from ateom.daemon.reaper import Reaper
-from ateom.daemon.requests import (
+from ateom.daemon.calls.requests import (
     ActorDirs,
     ActorRef,
     CheckpointRequest,
     ContainerRequest,
     RunRequest,
 )
-from ateom.daemon.service import AteomService
+from ateom.daemon.lifecycle.config import DaemonConfig
+from ateom.daemon.lifecycle.service import AteomService
+from ateom.process.reaper import Reaper
 from tests.support import (
     build_busybox_bundle,
     build_fake_driver_libs,

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmark: GPU placement per RPC (ateom.daemon.placement), 64 GPUs.
+"""Benchmark: GPU placement per RPC (ateom.gpuinfo.placement), 64 GPUs.
 
     python benchmarks/bench_placement.py [-n N]
 
@@ -25,7 +25,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from ateom.daemon.placement import (
+from ateom.gpuinfo.placement import (
     GpuPlacer,
     GpuRequest,
     PlacementRefused,

@@ -22,8 +22,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from ateom._proto import ateom_pb2 as pb  # noqa: E402
-from ateom.daemon.reaper import Reaper  # noqa: E402
-from ateom.daemon.runsc import (  # noqa: E402
+from ateom.daemon.sandbox.state_dir import remove_state_dir  # noqa: E402
+from ateom.daemon.sandbox.teardown import kill_sandbox_processes  # noqa: E402
+from ateom.process.reaper import Reaper  # noqa: E402
+from ateom.runsc.commands import (  # noqa: E402
     NvproxyOptions,
     RunscTarget,
     checkpoint_argv,
@@ -33,9 +35,7 @@ from ateom.daemon.runsc import (  # noqa: E402
     restore_argv,
     start_argv,
 )
-from ateom.daemon.runsc_probe import probe_runsc  # noqa: E402
-from ateom.daemon.sandbox import kill_sandbox_processes  # noqa: E402
-from ateom.daemon.state_dir import remove_state_dir  # noqa: E402
+from ateom.runsc.probe import probe_runsc  # noqa: E402
 from tests.daemon.harness import Daemon, World  # noqa: E402
 from tests.support import DEFAULT_DRIVER_VERSION, build_busybox_bundle  # noqa: E402
 from tests.support.stand_in_gpu import install_cdi_hook_stand_in  # noqa: E402

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ateom.daemon import config as daemon_config
+from ateom.daemon.lifecycle import config as daemon_config
 
 
 def register(subparsers: Any) -> None:
@@ -23,7 +23,7 @@ def _serve(args: argparse.Namespace) -> int:
     # Imported here, not for a cycle: every `ateom` verb registers through this
     # module, and grpc (server) costs ~150 ms of startup the other verbs skip.
     from ateom.daemon.logs import configure_logging
-    from ateom.daemon.server import serve
+    from ateom.daemon.rpc.server import serve
 
     config = daemon_config.from_args(args)
     configure_logging(config.log_format, config.log_level)

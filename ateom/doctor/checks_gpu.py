@@ -16,13 +16,13 @@ from __future__ import annotations
 import os
 from collections import Counter
 
-from ateom.daemon.placement import PlacementPolicy, PlacementSettings, parse_placement
 from ateom.doctor.facts import Facts
 from ateom.doctor.verdict import CheckResult, Status, passed, skipped
 from ateom.errors import AteomError
 from ateom.gpuinfo.compat import REMAP_RUNSC, runsc_remaps_gpus
 from ateom.gpuinfo.cuda_checkpoint import CONFIG_FLAG, judge_binary, judge_driver
 from ateom.gpuinfo.inventory import GpuFacts
+from ateom.gpuinfo.placement import PlacementPolicy, PlacementSettings, parse_placement
 from ateom.gpuinfo.record import RunscBuild
 
 CUDA_CHECKPOINT_RUNSC = "release-20260608.0"  # runsc checkpoint --cuda-checkpoint-path

@@ -15,7 +15,6 @@ import glob
 import os
 from collections.abc import Mapping
 
-from ateom.daemon.runsc_probe import probe_runsc
 from ateom.doctor.config import DoctorConfig
 from ateom.doctor.facts import Facts, RunscFact
 from ateom.doctor.gather_cdi import gather_cdi
@@ -33,6 +32,7 @@ from ateom.errors import AteomError
 from ateom.gpuinfo.cuda_checkpoint import CudaCheckpointFacts, probe
 from ateom.gpuinfo.gather import find_nvidia_smi, gather_worker_gpus
 from ateom.gpuinfo.inventory import WorkerGpus
+from ateom.runsc.probe import probe_runsc
 
 
 def gather_runsc(config: DoctorConfig, run: CommandRunner = subprocess_runner) -> RunscFact:

@@ -18,13 +18,13 @@ from collections.abc import Mapping
 
 from ateom.cdi.model import Resolution
 from ateom.cdi.registry import Registry
-from ateom.daemon.gpu import find_nvidia_ctk, nvidia_ctk_argv, nvidia_ctk_path_env
 from ateom.doctor.config import DoctorConfig
 from ateom.doctor.facts import InjectionFact, LibraryFact, MpsFact, SpecFact, SpecNodeFact
 from ateom.doctor.gather_node import stat_node
 from ateom.doctor.runner import CommandRunner
 from ateom.errors import AteomError, ResolutionError
 from ateom.gpuinfo.mps import MpsFinding, MpsVerdict, mps_in_resolution
+from ateom.gpuinfo.nvidia_ctk import find_nvidia_ctk, nvidia_ctk_argv, nvidia_ctk_path_env
 from ateom.inject.injector import plan_injection
 from ateom.inject.options import gvisor_nvidia_options
 from ateom.inject.soname import file_kind, read_soname

@@ -15,7 +15,7 @@ import json
 import sys
 
 from ateom.doctor.facts import UsernsFact
-from ateom.gpuinfo.runner import Runner
+from ateom.process.runner import Runner
 
 # unshare(CLONE_NEWUSER) in a fresh process; prints one JSON line.
 _PROBE = r"""

@@ -2,7 +2,7 @@
 
 One contract for every command: argv -> (exit code, stdout+stderr), 124 for
 a command given up on, 127 for one that could not start, never raising. It
-is `ateom.gpuinfo.runner`'s, so the GPU gatherers take the doctor's runner
+is `ateom.process.runner`'s, so the GPU gatherers take the doctor's runner
 as they are. The CLI runs commands with `subprocess`; inside the daemon,
 which reaps every child itself, the doctor must go through the daemon's
 reaper (`reaper_runner`), or its waitpid would race the reaper's.
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from ateom.gpuinfo.runner import NOT_RUN, TIMED_OUT, reaper_runner, subprocess_runner
-from ateom.gpuinfo.runner import Runner as CommandRunner
+from ateom.process.runner import NOT_RUN, TIMED_OUT, reaper_runner, subprocess_runner
+from ateom.process.runner import Runner as CommandRunner
 
 
 def give_up_after_a_timeout(run: CommandRunner, limit: float) -> CommandRunner:

@@ -20,7 +20,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ateom.daemon.runsc_probe import probe_runsc
 from ateom.errors import AteomError, ErrorCode, quote
 from ateom.gpuinfo.compat import Refusal, RestoreVerdict, check_restore, runsc_remaps_gpus
 from ateom.gpuinfo.gather import find_nvidia_smi, gather_worker_gpus
@@ -33,7 +32,8 @@ from ateom.gpuinfo.record import (
     read_record,
     record_json,
 )
-from ateom.gpuinfo.runner import Runner, subprocess_runner
+from ateom.process.runner import Runner, subprocess_runner
+from ateom.runsc.probe import probe_runsc
 from ateom.settings import NodeSettings
 
 NO_RECORD = (f"no {RECORD_FILE}: a CPU-only checkpoint, or one taken before ateom wrote "

@@ -46,7 +46,7 @@ from typing import Literal
 
 from ateom.errors import quote
 from ateom.gpuinfo.inventory import driver_major
-from ateom.gpuinfo.runner import NOT_RUN, TIMED_OUT, Runner, subprocess_runner
+from ateom.process.runner import NOT_RUN, TIMED_OUT, Runner, subprocess_runner
 
 TOOL = "cuda-checkpoint"
 PROBE_TIMEOUT = 10.0  # --help prints and exits; a tool that hangs must not stall a check

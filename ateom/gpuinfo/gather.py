@@ -30,7 +30,7 @@ from ateom.gpuinfo.inventory import (
     parse_smi_query,
     quote,
 )
-from ateom.gpuinfo.runner import NOT_RUN, TIMED_OUT, Runner, subprocess_runner
+from ateom.process.runner import NOT_RUN, TIMED_OUT, Runner, subprocess_runner
 
 DEFAULT_GPU_GLOB = "/dev/nvidia[0-9]*"
 # nvidia-smi answers in well under a second; one that hangs (a wedged GPU, a

@@ -51,7 +51,7 @@ PIPE_ENV = "CUDA_MPS_PIPE_DIRECTORY"
 LOG_ENV = "CUDA_MPS_LOG_DIRECTORY"
 DEFAULT_PIPE_DIR = "/tmp/nvidia-mps"  # CUDA's default when the env is unset
 SHM_DIR = "/dev/shm"
-# The slug the daemon counts refusals of such devices under (ateom.daemon.events).
+# The slug the daemon counts refusals of such devices under (ateom.daemon.calls.refusals).
 REFUSAL_REASON = "mps_device"
 _MAX_LISTED = 6  # findings named in one message; the rest are counted
 

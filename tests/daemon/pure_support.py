@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ateom.daemon.requests import ActorDirs
+from ateom.daemon.calls.requests import ActorDirs
 from ateom.errors import AteomError, ErrorCode
 
 ROOT = "/srv/actors"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ateom.daemon.actors import ActorTable, Op, Phase, next_phase
-from ateom.daemon.requests import (
+from ateom.daemon.actors.table import ActorTable, Op, Phase, next_phase
+from ateom.daemon.calls.requests import (
     ActorRef,
 )
 from ateom.errors import AteomError, ErrorCode
@@ -52,8 +52,8 @@ def test_table_admission_and_operate() -> None:
 def test_a_wait_for_a_busy_actor_is_bounded_and_then_does_nothing() -> None:
     import threading
 
-    from ateom.daemon import deadline
-    from ateom.daemon.requests import ActorRef
+    from ateom.daemon.calls import deadline
+    from ateom.daemon.calls.requests import ActorRef
 
     table = ActorTable(1)
     actor = table.admit(ActorRef("a"), Op.RUN)
@@ -77,7 +77,7 @@ def test_a_wait_for_a_busy_actor_is_bounded_and_then_does_nothing() -> None:
 
 
 def test_a_cleanup_slot_keeps_a_run_out_but_takes_no_capacity() -> None:
-    from ateom.daemon.requests import ActorRef
+    from ateom.daemon.calls.requests import ActorRef
 
     table = ActorTable(1)
     cleanup = table.admit_cleanup(ActorRef("gone"))

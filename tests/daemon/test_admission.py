@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from ateom.daemon.actors import ActorTable, Op
-from ateom.daemon.admission import Admission
-from ateom.daemon.config import RESERVED_RPC_THREADS, DaemonConfig
-from ateom.daemon.requests import ActorRef
+from ateom.daemon.actors.admission import Admission
+from ateom.daemon.actors.table import ActorTable, Op
+from ateom.daemon.calls.requests import ActorRef
+from ateom.daemon.lifecycle.config import RESERVED_RPC_THREADS, DaemonConfig
 from ateom.errors import AteomError, ErrorCode
 
 

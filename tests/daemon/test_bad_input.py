@@ -19,12 +19,13 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from ateom._proto import ateom_pb2 as pb
 from ateom._proto import ateom_pb2_grpc as pb_grpc
-from ateom.daemon import rpc, validation, wire
-from ateom.daemon.config import DaemonConfig
-from ateom.daemon.reaper import Reaper
-from ateom.daemon.server import RunningServer, start_server
-from ateom.daemon.service import AteomService
+from ateom.daemon.calls import validation
+from ateom.daemon.lifecycle.config import DaemonConfig
+from ateom.daemon.lifecycle.service import AteomService
+from ateom.daemon.rpc import handler, wire
+from ateom.daemon.rpc.server import RunningServer, start_server
 from ateom.errors import AteomError, ErrorCode
+from ateom.process.reaper import Reaper
 from tests.daemon.fake_runsc import FakeRunsc
 
 MIB = 1 << 20
@@ -174,13 +175,13 @@ def test_an_unparsable_request_is_logged_and_counted_like_any_refusal(
     def observe(method: str, code: str, seconds: float) -> None:
         seen.append((method, code))
 
-    rpc.RPC_OBSERVERS.append(observe)
+    handler.RPC_OBSERVERS.append(observe)
     try:
         err = refused(raw_call(channel, "/ateom.Ateom/RunWorkload"), b"\x0a\xff")  # truncated
         assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert err.details().startswith("ateom.RunWorkloadRequest: cannot parse the request")
     finally:
-        rpc.RPC_OBSERVERS.remove(observe)
+        handler.RPC_OBSERVERS.remove(observe)
     assert seen == [("RunWorkload", "INVALID_ARGUMENT")]
 
 
@@ -267,11 +268,11 @@ def test_quote_bounds_what_it_echoes() -> None:
 class _Loud:
     """An Inspect servicer whose every answer is a 1 MiB refusal."""
 
-    @rpc.rpc("Inspect.GetStatus")
+    @handler.rpc("Inspect.GetStatus")
     def GetStatus(self, request: Any, context: grpc.ServicerContext) -> Any:
         raise AteomError("why " * MIB, code=ErrorCode.FAILED_PRECONDITION)
 
-    @rpc.rpc("Inspect.ListDevices")
+    @handler.rpc("Inspect.ListDevices")
     def ListDevices(self, request: Any, context: grpc.ServicerContext) -> Any:
         raise ValueError("x" * MIB)
 
@@ -284,7 +285,7 @@ def test_a_huge_status_message_is_cut_not_lost(tmp_path: Path) -> None:
     from concurrent import futures
 
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    rpc.add_servicer(server, _Loud(), pb.DESCRIPTOR.services_by_name["Inspect"])
+    handler.add_servicer(server, _Loud(), pb.DESCRIPTOR.services_by_name["Inspect"])
     server.add_insecure_port(f"unix:{tmp_path}/s")
     server.start()
     try:
@@ -307,7 +308,7 @@ def test_a_handler_not_wrapped_in_rpc_is_refused_at_registration() -> None:
             return pb.DoctorResponse()
 
     with pytest.raises(TypeError, match="Bare.Doctor"):
-        rpc.add_servicer(grpc.server(None), Bare(),  # type: ignore[arg-type]
+        handler.add_servicer(grpc.server(None), Bare(),  # type: ignore[arg-type]
                          pb.DESCRIPTOR.services_by_name["Inspect"])
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ateom.daemon.bundle_store import BundleStore, KeptOriginal
-from ateom.daemon.plan import ContainerPlan
+from ateom.daemon.bundles.plan import ContainerPlan
+from ateom.daemon.bundles.store import BundleStore, KeptOriginal
 from ateom.inject.injector import InjectionPlan
 
 

@@ -3,7 +3,7 @@
 runsc's exit code does not say whether the sandbox survived: 20260817 refuses
 some saves and keeps it; 0.0~20240729 kills it for the same cause; and
 ``runsc state`` still says "running" after a save, with a dead pid. So
-`checkpoint.save` asks `Runsc.running` (state *and* a live pid).
+`save.save` asks `Runsc.running` (state *and* a live pid).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from ateom.daemon import checkpoint
-from ateom.daemon.runsc import RunscError, process_alive
+from ateom.daemon.sandbox import save
+from ateom.runsc.commands import RunscError, process_alive
 
 
 class _Runsc:
@@ -34,7 +34,7 @@ class _Runsc:
         return self._state
 
     def running(self, name: str) -> bool:
-        from ateom.daemon.runsc import Runsc
+        from ateom.runsc.commands import Runsc
         return Runsc.running(self, name)  # type: ignore[arg-type]
 
 
@@ -56,8 +56,8 @@ def _dead_pid() -> int:
 
 def test_a_refused_save_with_the_sandbox_alive_keeps_the_actor(tmp_path: Path) -> None:
     sandbox = _Sandbox({"status": "running", "pid": os.getpid()})
-    with pytest.raises(checkpoint.SaveRefused) as err:
-        checkpoint.save(sandbox, str(tmp_path), "a")  # type: ignore[arg-type]
+    with pytest.raises(save.SaveRefused) as err:
+        save.save(sandbox, str(tmp_path), "a")  # type: ignore[arg-type]
     assert "keeps running" in str(err.value) and "device IDs" in str(err.value)
 
 
@@ -69,7 +69,7 @@ def test_a_refused_save_with_the_sandbox_alive_keeps_the_actor(tmp_path: Path) -
 def test_a_failed_save_without_a_running_sandbox_is_the_runsc_error(
         tmp_path: Path, state: dict[str, Any]) -> None:
     with pytest.raises(RunscError):
-        checkpoint.save(_Sandbox(state), str(tmp_path), "a")  # type: ignore[arg-type]
+        save.save(_Sandbox(state), str(tmp_path), "a")  # type: ignore[arg-type]
 
 
 def test_running_with_a_dead_pid_is_not_running(tmp_path: Path) -> None:
@@ -77,5 +77,5 @@ def test_running_with_a_dead_pid_is_not_running(tmp_path: Path) -> None:
     pid = _dead_pid()
     assert not process_alive(pid) and process_alive(os.getpid())
     with pytest.raises(RunscError):
-        checkpoint.save(_Sandbox({"status": "running", "pid": pid}), str(tmp_path),
+        save.save(_Sandbox({"status": "running", "pid": pid}), str(tmp_path),
                         "a")  # type: ignore[arg-type]

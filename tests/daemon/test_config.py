@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from ateom.daemon import config as daemon_config
+from ateom.daemon.lifecycle import config as daemon_config
 from ateom.errors import ErrorCode
 from tests.daemon.pure_support import code
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from ateom.daemon import confine
+from ateom.daemon.bundles import confine
 from ateom.errors import AteomError, ErrorCode
 
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 
 from ateom.cdi.model import ContainerEdits, DeviceNode, EditStep, Resolution
-from ateom.daemon import devices
-from ateom.daemon.requests import (
+from ateom.daemon.bundles import devices
+from ateom.daemon.calls.requests import (
     ContainerRequest,
     DeviceChoice,
     DevicePolicy,
 )
-from ateom.daemon.runsc_probe import RunscInfo
 from ateom.errors import AteomError, ErrorCode
+from ateom.runsc.probe import RunscInfo
 
 # -- devices --------------------------------------------------------------------
 

@@ -30,7 +30,7 @@ import grpc
 import pytest
 
 from ateom._proto import ateom_pb2 as pb
-from ateom.daemon.gpu_checkpoint import TOOL_IN_CONTAINER
+from ateom.daemon.gpus.checkpoint_policy import TOOL_IN_CONTAINER
 from ateom.gpuinfo.record import RECORD_FILE, parse_record
 from tests.daemon.conftest import _stopped, needs_runsc
 from tests.daemon.harness import Daemon, World, release_options, run_request, runsc_processes

@@ -32,7 +32,7 @@ import pytest
 from grpc_health.v1 import health_pb2
 
 from ateom._proto import ateom_pb2 as pb
-from ateom.daemon.sandbox import kill_sandbox_processes
+from ateom.daemon.sandbox.teardown import kill_sandbox_processes
 from tests.daemon.conftest import needs_runsc
 from tests.daemon.harness import (
     DEFAULT_RELEASE,

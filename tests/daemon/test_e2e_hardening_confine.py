@@ -32,8 +32,8 @@ import grpc
 import pytest
 
 from ateom._proto import ateom_pb2 as pb
-from ateom.daemon.config import DaemonConfig
-from ateom.daemon.sandbox import kill_sandbox_processes
+from ateom.daemon.lifecycle.config import DaemonConfig
+from ateom.daemon.sandbox.teardown import kill_sandbox_processes
 from tests.daemon.conftest import needs_runsc
 from tests.daemon.harness import (
     DEFAULT_RELEASE,

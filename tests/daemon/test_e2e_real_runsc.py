@@ -31,7 +31,7 @@ from typing import Any
 
 import pytest
 
-from ateom.daemon.state_dir import mounts_under
+from ateom.daemon.sandbox.state_dir import mounts_under
 from ateom.gpuinfo.record import RECORD_FILE, parse_record
 from tests.daemon.conftest import _stopped, needs_runsc
 from tests.daemon.harness import GPUS, RUNSC, Daemon, World, runsc_processes

@@ -16,13 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from ateom.daemon.actors import Phase
-from ateom.daemon.config import DaemonConfig
-from ateom.daemon.events import REFUSAL_OBSERVERS
-from ateom.daemon.gpu_checkpoint import TOOL_IN_CONTAINER
-from ateom.daemon.inspect import Inspector
-from ateom.daemon.reaper import Reaper
-from ateom.daemon.requests import (
+from ateom.daemon.actors.table import Phase
+from ateom.daemon.calls.refusals import REFUSAL_OBSERVERS
+from ateom.daemon.calls.requests import (
     ActorDirs,
     ActorRef,
     CheckpointRequest,
@@ -34,9 +30,13 @@ from ateom.daemon.requests import (
     RunRequest,
     TerminateRequest,
 )
-from ateom.daemon.service import AteomService
+from ateom.daemon.gpus.checkpoint_policy import TOOL_IN_CONTAINER
+from ateom.daemon.lifecycle.config import DaemonConfig
+from ateom.daemon.lifecycle.service import AteomService
+from ateom.daemon.rpc.inspection import Inspector
 from ateom.errors import AteomError, ErrorCode
 from ateom.gpuinfo.record import RECORD_FILE, parse_record
+from ateom.process.reaper import Reaper
 from tests.daemon.fake_runsc import FakeRunsc
 from tests.support import build_busybox_bundle, build_fake_driver_libs, write_sim_gpu_spec
 from tests.support.gpu_node import SimGpu, write_gpu_node, write_sim_fixture

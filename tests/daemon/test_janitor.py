@@ -6,7 +6,7 @@ import os
 import time
 from pathlib import Path
 
-from ateom.daemon.janitor import LogJanitor
+from ateom.daemon.sandbox.janitor import LogJanitor
 
 
 def _janitor(root: Path, hosted: list[str], *, max_bytes: int = 4096,

@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ateom.daemon.placement import (
+from ateom.errors import AteomError, ErrorCode
+from ateom.gpuinfo.placement import (
     ALL_GPUS,
     DEFAULT_PLACEMENT,
     GpuPlacer,
@@ -25,7 +26,6 @@ from ateom.daemon.placement import (
     RefusalReason,
     parse_placement,
 )
-from ateom.errors import AteomError, ErrorCode
 
 H100 = "10de:2330"
 A100 = "10de:20b0"

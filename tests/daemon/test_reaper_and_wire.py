@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from ateom._proto import ateom_pb2 as pb
-from ateom.daemon import wire
-from ateom.daemon.reaper import Reaper
-from ateom.daemon.requests import DevicePolicy, SnapshotScope
+from ateom.daemon.calls.requests import DevicePolicy, SnapshotScope
+from ateom.daemon.rpc import wire
 from ateom.errors import AteomError, ErrorCode
+from ateom.process.reaper import Reaper
 
 
 def test_run_appends_to_log_and_reports_exit_codes(tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ from google.protobuf import descriptor_pb2 as d
 from google.protobuf import descriptor_pool, message_factory
 
 from ateom._proto import ateom_pb2 as pb
-from ateom.daemon.requests import ActorRef, StatsSample
+from ateom.daemon.calls.requests import ActorRef, StatsSample
 
 REPO = Path(__file__).resolve().parents[2]
 OURS = REPO / "proto" / "ateom.proto"
@@ -205,8 +205,8 @@ class _Stats:
 
 def test_a_reference_client_reads_the_stats_answers(reference: d.FileDescriptorProto,
                                                     tmp_path: Path) -> None:
-    from ateom.daemon.rpc import add_servicer
-    from ateom.daemon.server import AteomServicer
+    from ateom.daemon.rpc.handler import add_servicer
+    from ateom.daemon.rpc.server import AteomServicer
 
     pool = descriptor_pool.DescriptorPool()
     pool.Add(reference)

@@ -6,15 +6,15 @@ from pathlib import Path
 
 import pytest
 
-from ateom.daemon import runsc as argv
-from ateom.daemon.runsc_probe import (
+from ateom.errors import AteomError, ErrorCode
+from ateom.runsc import commands as argv
+from ateom.runsc.probe import (
     RunscInfo,
     parse_drivers,
     parse_flags,
     parse_version,
     probe_runsc,
 )
-from ateom.errors import AteomError, ErrorCode
 
 # -- runsc probe + argv -----------------------------------------------------------
 

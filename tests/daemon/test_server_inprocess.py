@@ -13,12 +13,12 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from ateom._proto import ateom_pb2 as pb
 from ateom._proto import ateom_pb2_grpc as pb_grpc
-from ateom.daemon.config import DaemonConfig
-from ateom.daemon.gpu import SpecGenerator
-from ateom.daemon.reaper import Reaper
-from ateom.daemon.server import prepare_socket, start_server
-from ateom.daemon.service import AteomService
+from ateom.daemon.lifecycle.config import DaemonConfig
+from ateom.daemon.lifecycle.service import AteomService
+from ateom.daemon.rpc.server import prepare_socket, start_server
 from ateom.errors import AteomError, ErrorCode
+from ateom.gpuinfo.nvidia_ctk import SpecGenerator
+from ateom.process.reaper import Reaper
 from ateom.settings import NodeSettings
 from tests.daemon.fake_runsc import FakeRunsc
 from tests.daemon.test_tls import make_pki
@@ -176,7 +176,7 @@ def test_spec_generation_runs_once_and_failures_are_not_remembered(tmp_path: Pat
 
 
 def test_nvidia_ctk_is_found_toolkit_dir_first_real_before_wrapper(tmp_path: Path) -> None:
-    from ateom.daemon.gpu import find_nvidia_ctk
+    from ateom.gpuinfo.nvidia_ctk import find_nvidia_ctk
 
     toolkit, driver, on_path = tmp_path / "tk", tmp_path / "drv", tmp_path / "path"
 

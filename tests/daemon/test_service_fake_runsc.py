@@ -16,11 +16,8 @@ from typing import Any
 
 import pytest
 
-from ateom.daemon.actors import Op, Phase
-from ateom.daemon.config import DaemonConfig
-from ateom.daemon.inspect import Inspector
-from ateom.daemon.reaper import Reaper
-from ateom.daemon.requests import (
+from ateom.daemon.actors.table import Op, Phase
+from ateom.daemon.calls.requests import (
     ActorDirs,
     ActorRef,
     CheckpointRequest,
@@ -31,8 +28,11 @@ from ateom.daemon.requests import (
     RunRequest,
     TerminateRequest,
 )
-from ateom.daemon.service import AteomService
+from ateom.daemon.lifecycle.config import DaemonConfig
+from ateom.daemon.lifecycle.service import AteomService
+from ateom.daemon.rpc.inspection import Inspector
 from ateom.errors import AteomError, ErrorCode, InjectionError
+from ateom.process.reaper import Reaper
 from tests.daemon.fake_runsc import FakeRunsc
 from tests.support import build_busybox_bundle, build_fake_driver_libs, write_sim_gpu_spec
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from ateom.daemon import state_dir
-from ateom.daemon.state_dir import mounts_under, remove_state_dir
+from ateom.daemon.sandbox import state_dir
+from ateom.daemon.sandbox.state_dir import mounts_under, remove_state_dir
 
 MOUNTINFO = """\
 22 1 0:21 / /run rw - tmpfs tmpfs rw

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ateom.daemon.actors import Actor, Phase
-from ateom.daemon.requests import ActorRef
-from ateom.daemon.stats import sample_from_runsc_stats
+from ateom.daemon.actors.stats import sample_from_runsc_stats
+from ateom.daemon.actors.table import Actor, Phase
+from ateom.daemon.calls.requests import ActorRef
 
 
 def _stats(usage: int, peak: int = 0, cache: int = 0, cpu_ns: int = 0) -> dict[str, Any]:

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from ateom.daemon import sandbox
-from ateom.daemon.requests import ActorRef, CheckpointRequest, TerminateRequest
-from ateom.daemon.sandbox import TeardownIncomplete
+from ateom.daemon.calls.requests import ActorRef, CheckpointRequest, TerminateRequest
+from ateom.daemon.sandbox import teardown
+from ateom.daemon.sandbox.teardown import TeardownIncomplete
 from ateom.errors import ErrorCode
 from tests.daemon.test_service_fake_runsc import gpu_spec_dir, make_world  # noqa: F401
 
@@ -22,7 +22,7 @@ STAYED = ["/run/ateom/actors/x/null-netns (umount: Device or resource busy)"]
 def test_terminate_says_what_stayed(make_world, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
     w = make_world()
     w.service.run_workload(w.run("t1", "app"))
-    monkeypatch.setattr(sandbox, "remove_state_dir", lambda root: list(STAYED))
+    monkeypatch.setattr(teardown, "remove_state_dir", lambda root: list(STAYED))
     with pytest.raises(TeardownIncomplete) as err:
         w.service.terminate_workload(TerminateRequest(actor=ActorRef("t1")))
     assert err.value.code is ErrorCode.INTERNAL and "null-netns" in str(err.value)
@@ -33,7 +33,7 @@ def test_terminate_says_what_stayed(make_world, monkeypatch: pytest.MonkeyPatch)
 def test_a_completed_save_still_answers_its_files(make_world, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]  # noqa: F811, E501
     w = make_world()
     w.service.run_workload(w.run("c1", "app"))
-    monkeypatch.setattr(sandbox, "remove_state_dir", lambda root: list(STAYED))
+    monkeypatch.setattr(teardown, "remove_state_dir", lambda root: list(STAYED))
     result = w.service.checkpoint_workload(CheckpointRequest(actor=ActorRef("c1"),
                                                              dirs=w.dirs("c1")))
     assert result.snapshot_files == ("checkpoint.img", "sub/pages.img")

@@ -20,12 +20,12 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from ateom._proto import ateom_pb2 as pb
 from ateom._proto import ateom_pb2_grpc as pb_grpc
-from ateom.daemon import config as daemon_config
-from ateom.daemon.config import DaemonConfig
-from ateom.daemon.reaper import Reaper
-from ateom.daemon.server import RunningServer, start_server
-from ateom.daemon.service import AteomService
+from ateom.daemon.lifecycle import config as daemon_config
+from ateom.daemon.lifecycle.config import DaemonConfig
+from ateom.daemon.lifecycle.service import AteomService
+from ateom.daemon.rpc.server import RunningServer, start_server
 from ateom.errors import AteomError, ErrorCode
+from ateom.process.reaper import Reaper
 from tests.daemon.fake_runsc import FakeRunsc
 
 OPENSSL = shutil.which("openssl")

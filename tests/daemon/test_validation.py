@@ -8,8 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ateom.daemon import bundles, validation
-from ateom.daemon.requests import (
+from ateom.daemon.bundles import edits
+from ateom.daemon.calls import validation
+from ateom.daemon.calls.requests import (
     ActorDirs,
     ActorRef,
     CheckpointRequest,
@@ -194,7 +195,7 @@ def test_local_snapshot_uri_and_negative_resources() -> None:
 def test_cpu_milli_whose_quota_overflows_int64_is_invalid() -> None:
     # runsc reads linux.resources.cpu.quota as int64: an overflow there would
     # only surface as runsc's INTERNAL failure after the bundle was written.
-    largest = (2**63 - 1) * 1000 // bundles.CPU_PERIOD_USEC
+    largest = (2**63 - 1) * 1000 // edits.CPU_PERIOD_USEC
     validation.check_run(RunRequest(ActorRef("a"), DIRS, cpu_milli=largest), ROOT)
     for request_, check in ((RunRequest(ActorRef("a"), DIRS, cpu_milli=largest + 1),
                              validation.check_run),

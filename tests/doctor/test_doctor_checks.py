@@ -23,7 +23,7 @@ from ateom.doctor.facts import (
 )
 from ateom.doctor.gather_userns import gather_userns
 from ateom.doctor.report import render_json, render_text, report_to_dict
-from ateom.gpuinfo.runner import subprocess_runner
+from ateom.process.runner import subprocess_runner
 from tests.doctor.healthy_facts import GPU0, healthy
 
 
@@ -285,8 +285,8 @@ def test_a_max_actors_that_is_no_number_is_refused_as_serve_refuses_it() -> None
 def test_doctor_config_for_daemon_is_what_serve_resolved() -> None:
     import argparse
 
-    from ateom.daemon import config as daemon_config
-    from ateom.daemon.inspect import doctor_config
+    from ateom.daemon.lifecycle import config as daemon_config
+    from ateom.daemon.rpc.inspection import doctor_config
 
     parser = argparse.ArgumentParser()
     daemon_config.add_flags(parser)

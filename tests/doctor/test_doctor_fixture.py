@@ -169,7 +169,7 @@ def test_cli_flags_override_env(gpu_worker: GpuWorker) -> None:
 
 DAEMON_SIDE = """
 import json, sys
-from ateom.daemon.reaper import Reaper
+from ateom.process.reaper import Reaper
 from ateom.doctor import report_to_dict, run_doctor
 from ateom.doctor.gather import reaper_runner
 from tests.doctor.gpu_worker import GpuWorker
@@ -283,7 +283,7 @@ def test_dangling_toolkit_symlink_is_missing_not_a_crash(gpu_worker: GpuWorker) 
 
 REAPER_TIMEOUT = """
 import sys
-from ateom.daemon.reaper import Reaper
+from ateom.process.reaper import Reaper
 from ateom.doctor.gather import TIMED_OUT, reaper_runner
 
 run = reaper_runner(Reaper().start())

@@ -19,13 +19,13 @@ import pytest
 
 from ateom._proto import ateom_pb2 as pb
 from ateom._proto import ateom_pb2_grpc as pb_grpc
-from ateom.daemon import inspect as inspect_module
-from ateom.daemon.config import DaemonConfig
-from ateom.daemon.inspect import Inspector
-from ateom.daemon.reaper import Reaper
-from ateom.daemon.server import RunningServer, start_server
-from ateom.daemon.service import AteomService
+from ateom.daemon.lifecycle.config import DaemonConfig
+from ateom.daemon.lifecycle.service import AteomService
+from ateom.daemon.rpc import inspection as inspect_module
+from ateom.daemon.rpc.inspection import Inspector
+from ateom.daemon.rpc.server import RunningServer, start_server
 from ateom.doctor import CHECK_NAMES
+from ateom.process.reaper import Reaper
 from tests.doctor.gpu_worker import GpuWorker
 
 REPO = Path(__file__).resolve().parents[2]

@@ -10,21 +10,21 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from ateom.daemon.placement import (
+from ateom.daemon.rpc.metrics import (
+    Metrics,
+    attach_to_daemon,
+    parse_listen_address,
+    start_daemon_metrics,
+    start_metrics_server,
+)
+from ateom.errors import AteomError, ErrorCode, ResolutionError
+from ateom.gpuinfo.placement import (
     GpuPlacer,
     GpuRequest,
     PlacementRefused,
     PlacementSnapshot,
     PodGpu,
     parse_placement,
-)
-from ateom.errors import AteomError, ErrorCode, ResolutionError
-from ateom.metrics import (
-    Metrics,
-    attach_to_daemon,
-    parse_listen_address,
-    start_daemon_metrics,
-    start_metrics_server,
 )
 
 
@@ -124,8 +124,8 @@ def test_soname_cache_hits_and_misses_read_from_the_injectors_cache(tmp_path: Pa
 def test_attach_to_daemon_observes_its_rpc_and_phase_seams() -> None:
     import grpc
 
-    from ateom.daemon.phases import PHASE_OBSERVERS, phase
-    from ateom.daemon.rpc import RPC_OBSERVERS, rpc
+    from ateom.daemon.calls.phases import PHASE_OBSERVERS, phase
+    from ateom.daemon.rpc.handler import RPC_OBSERVERS, rpc
 
     class Context:
         def abort(self, code: grpc.StatusCode, details: str) -> None:
@@ -255,8 +255,8 @@ class StubService:
 
 
 def test_start_daemon_metrics_reads_the_service_and_unsubscribes_on_close() -> None:
-    from ateom.daemon.events import REFUSAL_OBSERVERS, refused
-    from ateom.daemon.phases import PHASE_OBSERVERS, phase
+    from ateom.daemon.calls.phases import PHASE_OBSERVERS, phase
+    from ateom.daemon.calls.refusals import REFUSAL_OBSERVERS, refused
 
     placer = GpuPlacer([PodGpu(f"nvidia.com/gpu={i}", i) for i in range(2)],
                        parse_placement("exclusive"))
@@ -290,7 +290,7 @@ def test_start_daemon_metrics_reads_the_service_and_unsubscribes_on_close() -> N
 
 
 def test_refusals_are_counted_by_kind_and_reason_through_the_daemons_seam() -> None:
-    from ateom.daemon.events import REFUSAL_OBSERVERS, refused
+    from ateom.daemon.calls.refusals import REFUSAL_OBSERVERS, refused
 
     m = Metrics()
     detach = attach_to_daemon(m)
@@ -311,7 +311,7 @@ def test_refusals_are_counted_by_kind_and_reason_through_the_daemons_seam() -> N
 
 def test_placement_refusals_from_the_placer_reach_the_counter() -> None:
     # What the daemon does on a refusal: the placer's reason slug, as the label.
-    from ateom.daemon.events import refused
+    from ateom.daemon.calls.refusals import refused
 
     placer = GpuPlacer([PodGpu("nvidia.com/gpu=0", 0)], parse_placement("shared:1"))
     placer.place("a", GpuRequest())
@@ -369,10 +369,10 @@ def test_the_documented_phases_cover_every_phase_the_daemon_times() -> None:
     # which test_operations_doc holds to the scrape); cuda-checkpoint is the GPU save.
     import re
 
-    from ateom.metrics import PHASES
+    from ateom.daemon.rpc.metrics import PHASES
 
     daemon = Path(__file__).resolve().parents[2] / "ateom" / "daemon"
-    used = {m.group(1) for f in daemon.glob("*.py")
+    used = {m.group(1) for f in daemon.rglob("*.py")
             for m in re.finditer(r'\bphase\(\s*"([^"]+)"', f.read_text())}
     assert used, "no phase literals found: the pattern no longer matches the daemon"
     assert used <= set(PHASES), used - set(PHASES)

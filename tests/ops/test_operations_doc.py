@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from ateom.daemon.rpc.metrics import Metrics
 from ateom.doctor import CHECK_NAMES
-from ateom.metrics import Metrics
 
 REPO = Path(__file__).resolve().parents[2]
 DOC = (REPO / "README.md").read_text() + "\n" + (REPO / "docs" / "operations.md").read_text()
@@ -32,7 +32,7 @@ def table_rows(heading: str) -> list[str]:
 
 
 def test_every_serve_flag_and_env_twin_is_documented_with_its_default() -> None:
-    from ateom.daemon.config import _FLAGS
+    from ateom.daemon.lifecycle.config import _FLAGS
 
     rows = table_rows("### `ateom serve`")
     for flag, env, _kind, default, _help in _FLAGS:
@@ -93,7 +93,7 @@ def test_every_ateom_variable_the_deployment_sets_is_documented(source: str) -> 
 def test_every_ateom_variable_the_deployment_sets_is_a_serve_setting(source: str) -> None:
     """One name per setting: a variable ateom serve does not read (an old spelling,
     a typo) would be silently ignored in the Pod."""
-    from ateom.daemon.config import _FLAGS
+    from ateom.daemon.lifecycle.config import _FLAGS
 
     text = (REPO / source).read_text()
     if source.endswith(".yaml"):

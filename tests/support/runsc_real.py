@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ateom.daemon.runsc_probe import parse_drivers
+from ateom.runsc.probe import parse_drivers
 from tests.support.runsc_release import CommandDef, FlagDef, Release
 
 _ENTRY = re.compile(r"  -([A-Za-z0-9][A-Za-z0-9_.-]*)(?: ([^\s-]\S*))?\n    \t")

@@ -1,0 +1,177 @@
+"""Actors the daemon hosts: a pure state machine and the hosting table.
+
+Phases: an actor is BOOTING during Run, RESTORING during Restore, RUNNING
+once up, CHECKPOINTING and TERMINATING during those calls; it leaves the
+table when it is gone. `next_phase` is the whole rule book; `ActorTable`
+adds the shell: admission under --max-actors and one lock per actor so its
+lifecycle calls are serialized.
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from ateom.daemon.calls import deadline
+from ateom.daemon.calls.requests import ActorRef
+from ateom.daemon.sandbox.boot import Sandbox
+from ateom.errors import AteomError, ErrorCode
+
+
+class Phase(enum.Enum):
+    BOOTING = "booting"
+    RESTORING = "restoring"
+    RUNNING = "running"
+    CHECKPOINTING = "checkpointing"
+    TERMINATING = "terminating"
+
+
+class Op(enum.Enum):
+    RUN = "run"
+    RESTORE = "restore"
+    CHECKPOINT = "checkpoint"
+    TERMINATE = "terminate"
+    STATS = "stats"
+
+
+# (phase or None for "not hosted", op) -> phase while the op runs.
+_TRANSITIONS: dict[tuple[Phase | None, Op], Phase] = {
+    (None, Op.RUN): Phase.BOOTING,
+    (None, Op.RESTORE): Phase.RESTORING,
+    (Phase.RUNNING, Op.CHECKPOINT): Phase.CHECKPOINTING,
+    (Phase.RUNNING, Op.TERMINATE): Phase.TERMINATING,
+    (Phase.RUNNING, Op.STATS): Phase.RUNNING,
+}
+
+
+def next_phase(current: Phase | None, op: Op, uid: str) -> Phase:
+    """The phase `op` puts an actor in, or the error the caller gets (pure)."""
+    found = _TRANSITIONS.get((current, op))
+    if found is not None:
+        return found
+    if current is None:
+        raise AteomError(f"actor {uid}: not hosted by this worker", code=ErrorCode.NOT_FOUND)
+    if op in (Op.RUN, Op.RESTORE):
+        raise AteomError(
+            f"actor {uid}: already hosted ({current.value}); {op.value} needs a free worker",
+            code=ErrorCode.FAILED_PRECONDITION,
+        )
+    raise AteomError(
+        f"actor {uid}: cannot {op.value} while {current.value}",
+        code=ErrorCode.FAILED_PRECONDITION,
+    )
+
+
+@dataclass
+class Actor:
+    """One hosted actor. Mutable, guarded by `lock` (held for a whole lifecycle call)."""
+
+    ref: ActorRef
+    phase: Phase
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    containers: tuple[str, ...] = ()  # bundle names under oci_bundle_dir, sandbox root first
+    devices: tuple[str, ...] = ()
+    gpu: bool = False
+    sandbox_pid: int = 0
+    sandbox_exit: int | None = None
+    epoch_unix_nano: int = field(default_factory=time.time_ns)
+    memory_peak_bytes: int = 0
+    sandbox: Sandbox | None = None  # set while hosting; None before the plan is made
+    # False for a slot held only while a dead daemon's leftovers are cleared:
+    # it keeps a Run of the same uid out, but takes no capacity.
+    counted: bool = True
+
+
+class ActorTable:
+    def __init__(self, max_actors: int) -> None:
+        self.max_actors = max_actors
+        self._lock = threading.Lock()
+        self._actors: dict[str, Actor] = {}
+
+    def admit(self, ref: ActorRef, op: Op) -> Actor:
+        """Reserve a slot for a new actor (Run/Restore), already locked by the caller's thread."""
+        with self._lock:
+            current = self._actors.get(ref.actor_uid)
+            phase = next_phase(current.phase if current else None, op, ref.actor_uid)
+            hosted = self._counted()
+            if hosted >= self.max_actors:
+                raise AteomError(
+                    f"actor {ref.actor_uid}: this worker already hosts"
+                    f" {hosted}/{self.max_actors} actor(s)",
+                    code=ErrorCode.RESOURCE_EXHAUSTED,
+                )
+            actor = Actor(ref=ref, phase=phase)
+            actor.lock.acquire()
+            self._actors[ref.actor_uid] = actor
+            return actor
+
+    def admit_cleanup(self, ref: ActorRef) -> Actor | None:
+        """Hold `uid`'s slot, locked, while what a dead daemon left of it is cleared
+        (a Run of the same uid is refused meanwhile); None when it is hosted."""
+        with self._lock:
+            if ref.actor_uid in self._actors:
+                return None
+            actor = Actor(ref=ref, phase=Phase.TERMINATING, counted=False)
+            actor.lock.acquire()
+            self._actors[ref.actor_uid] = actor
+            return actor
+
+    def _counted(self) -> int:
+        return sum(1 for a in self._actors.values() if a.counted)
+
+    def get(self, uid: str) -> Actor | None:
+        with self._lock:
+            return self._actors.get(uid)
+
+    def remove(self, actor: Actor) -> None:
+        with self._lock:
+            if self._actors.get(actor.ref.actor_uid) is actor:
+                del self._actors[actor.ref.actor_uid]
+
+    def snapshot(self) -> list[Actor]:
+        with self._lock:
+            return list(self._actors.values())
+
+    def __len__(self) -> int:
+        """Actors taking capacity (cleanup slots do not)."""
+        with self._lock:
+            return self._counted()
+
+    @contextmanager
+    def operate(self, uid: str, op: Op, *, max_wait: float) -> Iterator[Actor]:
+        """Lock a hosted actor for `op`; NOT_FOUND if absent.
+
+        Waits for its in-flight call, but no longer than the caller's deadline
+        (then DEADLINE_EXCEEDED) nor `max_wait` seconds (then UNAVAILABLE):
+        an RPC thread must not hang behind a stuck call, and a call whose
+        client gave up must not act. The phase moves to the op's phase inside;
+        on exit it returns to what it was unless the op changed it or removed
+        the actor.
+        """
+        actor = self.get(uid)
+        if actor is None:
+            next_phase(None, op, uid)  # raises NOT_FOUND
+            raise AssertionError("unreachable")
+        if not actor.lock.acquire(timeout=deadline.wait_limit(max_wait)):
+            deadline.check(f"actor {uid}: {op.value}")
+            raise AteomError(
+                f"actor {uid}: another call has held it for over {max_wait:g} s;"
+                f" {op.value} not done, try again", code=ErrorCode.UNAVAILABLE)
+        try:
+            deadline.check(f"actor {uid}: {op.value}")
+            if self.get(uid) is not actor:  # removed while we waited
+                next_phase(None, op, uid)
+            before = actor.phase
+            actor.phase = next_phase(before, op, uid)
+            during = actor.phase
+            try:
+                yield actor
+            finally:
+                if actor.phase is during:
+                    actor.phase = before
+        finally:
+            actor.lock.release()

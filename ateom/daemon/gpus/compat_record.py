@@ -1,0 +1,135 @@
+"""A GPU checkpoint's compatibility record: written with the image, checked first
+at restore, and the placement it implies.
+
+At checkpoint, once runsc saved the sandbox, ateom writes
+``ateom-compat.json`` into the checkpoint dir (it travels with the image and
+is listed in snapshot_files): runsc build, driver version, the actor's GPUs
+as this worker knows them, nvproxy capabilities, and each container's CDI
+devices with a digest of their resolved edits (`ateom.gpuinfo.record`).
+
+At restore, before any runsc call, the record is compared with this worker
+(`ateom.gpuinfo.compat.check_restore`, microseconds): another driver,
+another runsc build, another GPU model or too few free GPUs each refuse the
+Restore with FAILED_PRECONDITION naming the checkpoint's value and the
+worker's. When it fits, the actor is placed on exactly the GPUs the verdict
+maps the saved ones onto (the same slots when this runsc cannot remap), and
+each container gets back its own devices, renamed onto those GPUs. A
+checkpoint without a record (CPU-only, or from before records) restores as
+it always did.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+import structlog
+
+from ateom.daemon.bundles.devices import GPU_KIND
+from ateom.daemon.bundles.plan import SandboxPlan
+from ateom.daemon.calls import refusals
+from ateom.daemon.gpus.pool import GpuPool, gpu_index
+from ateom.daemon.sandbox.boot import Sandbox
+from ateom.gpuinfo.compat import check_restore, runsc_remaps_gpus
+from ateom.gpuinfo.placement import (
+    GpuRequest,
+    PlacementRefused,
+    PlacementSnapshot,
+    RefusalReason,
+)
+from ateom.gpuinfo.record import (
+    RECORD_FILE,
+    CompatRecord,
+    ContainerDevices,
+    RunscBuild,
+    build_record,
+    parse_runsc_version,
+    read_record,
+    write_record,
+)
+from ateom.runsc.probe import RunscInfo
+
+log = structlog.get_logger("ateom.gpu_record")
+
+
+def runsc_build(info: RunscInfo) -> RunscBuild:
+    """The probed runsc's build identity (pure)."""
+    return parse_runsc_version(f"runsc version {info.version}")
+
+
+def record_for(sandbox: Sandbox, pool: GpuPool, info: RunscInfo, gpus: Sequence[str], *,
+               nvproxy_capabilities: str) -> CompatRecord:
+    """The record of a GPU actor about to be saved (gathers GPU facts once per
+    process). FAILED_PRECONDITION when a fact a restore compares is unknown."""
+    plan: SandboxPlan = sandbox.plan
+    containers = [ContainerDevices(c.name, c.devices, c.edits_digest)
+                  for c in plan.containers if c.devices]
+    return build_record(runsc=runsc_build(info), driver_version=pool.worker().driver_version,
+                        gpus=pool.facts_of(gpus), containers=containers,
+                        nvproxy_capabilities=nvproxy_capabilities)
+
+
+def write(image_dir: str, record: CompatRecord, *, beneath: str) -> str:
+    """Write the record into the checkpoint dir, durably (it outlives the machine)."""
+    return write_record(image_dir, record, beneath=beneath)
+
+
+def read(image_dir: str, *, beneath: str) -> CompatRecord | None:
+    """The restore dir's record; None when it has none (a CPU-only or older
+    checkpoint). A corrupt, truncated or newer-format one is FAILED_PRECONDITION."""
+    if not os.path.lexists(os.path.join(image_dir, RECORD_FILE)):
+        return None
+    parsed = read_record(image_dir, beneath=beneath)
+    if parsed.ignored:
+        log.warning("compat_record_fields_ignored", fields=list(parsed.ignored))
+    return parsed.record
+
+
+def _holders(snapshot: PlacementSnapshot | None, most: int = 8) -> str:
+    held = [f"{h.gpu.name} held by {'+'.join(h.holders)}"
+            for h in (snapshot.gpus if snapshot else ()) if h.holders]
+    more = f"; and {len(held) - most} more" if len(held) > most else ""
+    return "; ".join(held[:most]) + more
+
+
+def _renamed(name: str, index_map: dict[int, int]) -> str:
+    index = gpu_index(name)
+    if index is None or index not in index_map:
+        return name
+    return f"{GPU_KIND}={index_map[index]}"
+
+
+def place(record: CompatRecord, pool: GpuPool, uid: str, info: RunscInfo,
+          pod_gpus: Sequence[str], *, nvproxy_capabilities: str
+          ) -> tuple[tuple[str, ...], dict[str, tuple[str, ...]]]:
+    """Check the record against this worker and book its GPUs: the names granted
+    and each container's devices on them. Refusals are FAILED_PRECONDITION
+    (counted); a GPU taken meanwhile is the placer's RESOURCE_EXHAUSTED."""
+    build = runsc_build(info)
+    snapshot = pool.snapshot()
+    room = {h.index for h in snapshot.with_room()} if snapshot is not None else None
+    worker = pool.worker()
+    free = None if room is None else [g for g in worker.gpus if g.index in room]
+    remap = bool(runsc_remaps_gpus(build))
+    verdict = check_restore(record, worker, runsc_version=build, runsc_supports_remap=remap,
+                            free=free, nvproxy_capabilities=nvproxy_capabilities)
+    if not verdict.ok:
+        if free is not None and check_restore(
+                record, worker, runsc_version=build, runsc_supports_remap=remap,
+                nvproxy_capabilities=nvproxy_capabilities).ok:
+            # This worker fits the checkpoint; other actors hold the GPUs it
+            # needs: waiting helps, so the placer's code and wording, not a refusal.
+            refusals.refused("placement", RefusalReason.TOO_FEW_FREE.value)
+            raise PlacementRefused(uid, RefusalReason.TOO_FEW_FREE, (
+                f"its checkpoint needs {len(record.gpus)} GPU(s) like those it was saved on"
+                f" and they are held: {_holders(snapshot)}"))
+        refusals.refused("restore", verdict.refusals[0].field)
+        raise verdict.error()
+    for warning in verdict.warnings:
+        log.warning("restore_placement", warning=warning)
+    targets = [m.target.index for m in verdict.mapping]
+    grant = pool.place(uid, GpuRequest.at_indices(targets), pod_gpus)
+    index_map = {m.saved.index: m.target.index for m in verdict.mapping}
+    per_container = {c.name: tuple(_renamed(n, index_map) for n in c.cdi_devices)
+                     for c in record.containers}
+    return grant.names, per_container

@@ -1,0 +1,266 @@
+"""DaemonConfig: every `ateom serve` flag, each with an ``ATEOM_*`` environment twin.
+
+A flag given on the command line wins over its environment twin, which wins
+over the default. Repeatable flags take their twin as a list: spec dirs split
+on ``:`` (like PATH), runsc global flags on whitespace.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from ateom.errors import AteomError, ErrorCode
+from ateom.gpuinfo.placement import parse_placement
+from ateom.settings import (
+    DEFAULT_DRIVER_ROOT,
+    DEFAULT_GPU_GLOB,
+    DEFAULT_SPEC_DIRS,
+    DEFAULT_TOOLKIT_DIR,
+    DRIVER_ROOT_ENV,
+    GPU_GLOB_ENV,
+    SPEC_DIRS_ENV,
+    TOOLKIT_DIR_ENV,
+    NodeSettings,
+)
+
+DEFAULT_SOCKET = "/run/ateom/ateom.sock"
+DEFAULT_RUN_DIR = "/run/ateom"
+DEFAULT_PAUSE_CONTAINER = "_pause"
+# gRPC threads no lifecycle call may take: Health (the Pod's liveness probe)
+# and Inspect answer even while every lifecycle slot waits on a slow runsc.
+RESERVED_RPC_THREADS = 3
+
+
+@dataclass(frozen=True, slots=True)
+class DaemonConfig:
+    actors_root: str
+    socket: str = DEFAULT_SOCKET
+    listen: str = ""
+    tls_cert: str = ""
+    tls_key: str = ""
+    tls_client_ca: str = ""
+    runsc: str = "runsc"
+    runsc_dir: str = ""
+    runsc_global_flags: tuple[str, ...] = ()
+    max_actors: int = 1
+    spec_dirs: tuple[str, ...] = DEFAULT_SPEC_DIRS
+    gpu_glob: str = DEFAULT_GPU_GLOB
+    nvproxy_driver_version: str = ""
+    nvproxy_capabilities: str = ""
+    shutdown_grace: float = 10.0
+    kill_grace: float = 5.0
+    log_format: str = "json"
+    log_level: str = "info"
+    run_dir: str = DEFAULT_RUN_DIR
+    pause_container: str = DEFAULT_PAUSE_CONTAINER
+    driver_root: str = DEFAULT_DRIVER_ROOT
+    toolkit_dir: str = DEFAULT_TOOLKIT_DIR
+    runsc_timeout: float = 120.0
+    metrics_listen: str = ""
+    lock_wait: float = 300.0
+    gpu_placement: str = "shared"
+    proc_root: str = "/proc"
+    cuda_checkpoint: str = ""
+    cuda_checkpoint_timeout: float = 300.0
+    log_max_bytes: int = 16 * 1024 * 1024
+    log_retention: float = 3600.0
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def node(self) -> NodeSettings:
+        """The node's GPU settings as this daemon was told them (flag, env, default)."""
+        return NodeSettings(driver_root=self.driver_root, toolkit_dir=self.toolkit_dir,
+                            spec_dirs=self.spec_dirs, gpu_glob=self.gpu_glob)
+
+    @property
+    def rpc_threads(self) -> int:
+        """The gRPC server's worker threads."""
+        return self.lifecycle_slots + RESERVED_RPC_THREADS
+
+    @property
+    def lifecycle_slots(self) -> int:
+        """Ateom-service calls (lifecycle, stats) that may run at once; the rest of
+        the threads are kept for Health and Inspect."""
+        return max(8, self.max_actors * 4)
+
+    @property
+    def state_root(self) -> str:
+        """Parent of each actor's runsc ``-root`` directory."""
+        return os.path.join(self.run_dir, "actors")
+
+    @property
+    def log_root(self) -> str:
+        """Parent of each actor's per-container stdio and runsc logs."""
+        return os.path.join(self.run_dir, "logs")
+
+    @property
+    def generated_cdi_dir(self) -> str:
+        """Where `nvidia-ctk cdi generate` writes when no nvidia.com/gpu spec exists."""
+        return os.path.join(self.run_dir, "cdi")
+
+
+# (flag, env twin, kind, default, help). kind: str|int|float|list-colon|list-space.
+_FLAGS: tuple[tuple[str, str, str, object, str], ...] = (
+    ("--socket", "ATEOM_SOCKET", "str", DEFAULT_SOCKET, "unix socket to serve gRPC on"),
+    ("--listen", "ATEOM_LISTEN", "str", "",
+     "also serve on TCP HOST:PORT, over TLS only (needs --tls-cert, --tls-key, --tls-client-ca)"),
+    ("--tls-cert", "ATEOM_TLS_CERT", "str", "", "PEM server certificate (chain) for --listen"),
+    ("--tls-key", "ATEOM_TLS_KEY", "str", "", "PEM private key of --tls-cert (unencrypted)"),
+    ("--tls-client-ca", "ATEOM_TLS_CLIENT_CA", "str", "",
+     "PEM CA certificate(s): --listen serves only clients with a certificate they signed"),
+    ("--actors-root", "ATEOM_ACTORS_ROOT", "str", "", "every ActorDirs path must be under it"),
+    ("--runsc", "ATEOM_RUNSC", "str", "runsc", "the runsc binary ateom executes"),
+    ("--runsc-dir", "ATEOM_RUNSC_DIR", "str", "",
+     "a request's runsc_path may name a binary under this directory"),
+    ("--runsc-global-flag", "ATEOM_RUNSC_GLOBAL_FLAGS", "list-space", (),
+     "global runsc flag added to every call (repeatable), e.g. --network=none"),
+    ("--max-actors", "ATEOM_MAX_ACTORS", "int", 1, "actors hosted at once"),
+    ("--spec-dir", SPEC_DIRS_ENV, "list-colon", DEFAULT_SPEC_DIRS,
+     "CDI spec directory (repeatable; later dirs override earlier)"),
+    ("--gpu-glob", GPU_GLOB_ENV, "str", DEFAULT_GPU_GLOB,
+     "the Pod has GPUs when this glob matches"),
+    ("--nvproxy-driver-version", "ATEOM_NVPROXY_DRIVER_VERSION", "str", "",
+     "passed to runsc --nvproxy-driver-version when set"),
+    ("--nvproxy-capabilities", "ATEOM_NVPROXY_CAPABILITIES", "str", "",
+     "passed to runsc --nvproxy-allowed-driver-capabilities when set"),
+    ("--shutdown-grace", "ATEOM_SHUTDOWN_GRACE", "float", 10.0,
+     "seconds in-flight calls get after SIGTERM before hosted actors are terminated"),
+    ("--kill-grace", "ATEOM_KILL_GRACE", "float", 5.0,
+     "seconds between SIGTERM and SIGKILL when terminating an actor"),
+    ("--log-format", "ATEOM_LOG_FORMAT", "str", "json", "json or console"),
+    ("--log-level", "ATEOM_LOG_LEVEL", "str", "info", "debug, info, warning, error"),
+    ("--run-dir", "ATEOM_RUN_DIR", "str", DEFAULT_RUN_DIR,
+     "runsc state, logs and generated CDI specs live here"),
+    ("--pause-container", "ATEOM_PAUSE_CONTAINER", "str", DEFAULT_PAUSE_CONTAINER,
+     "name of the sandbox's root container bundle"),
+    ("--driver-root", DRIVER_ROOT_ENV, "str", DEFAULT_DRIVER_ROOT,
+     "NVIDIA driver root (bin/, lib64/): nvidia-ctk's library search path and the"
+     " LD_LIBRARY_PATH entry injected into GPU containers"),
+    ("--toolkit-dir", TOOLKIT_DIR_ENV, "str", DEFAULT_TOOLKIT_DIR,
+     "NVIDIA container toolkit dir: the trusted nvidia-cdi-hook(.real) kept hooks run,"
+     " and the first place nvidia-ctk(.real) is looked for"),
+    ("--runsc-timeout", "ATEOM_RUNSC_TIMEOUT", "float", 120.0,
+     "seconds one runsc command may take before it is killed"),
+    ("--metrics-listen", "ATEOM_METRICS_LISTEN", "str", "",
+     "serve Prometheus metrics on HOST:PORT (off unless set)"),
+    ("--gpu-placement", "ATEOM_GPU_PLACEMENT", "str", "shared",
+     "how actors share the Pod's GPUs: exclusive (whole GPUs, one actor each), shared"
+     " (every actor may use every GPU), shared:N (at most N actors per GPU)"),
+    ("--proc-root", "ATEOM_PROC_ROOT", "str", "/proc",
+     "where the NVIDIA kernel module's GPU facts are read (<root>/driver/nvidia/...)"),
+    ("--cuda-checkpoint", "ATEOM_CUDA_CHECKPOINT", "str", "",
+     "NVIDIA cuda-checkpoint binary for GPU checkpoints (default: looked for in the"
+     " driver root's bin/, the toolkit dir, then $PATH)"),
+    ("--cuda-checkpoint-timeout", "ATEOM_CUDA_CHECKPOINT_TIMEOUT", "float", 300.0,
+     "seconds a GPU actor's checkpoint (runsc running cuda-checkpoint, then saving)"
+     " may take before it is killed"),
+    ("--lock-wait", "ATEOM_LOCK_WAIT", "float", 300.0,
+     "seconds a call waits for another call on the same actor before giving up"
+     " (UNAVAILABLE); never past the caller's gRPC deadline"),
+    ("--log-max-bytes", "ATEOM_LOG_MAX_BYTES", "int", 16 * 1024 * 1024,
+     "size at which a container's log is rotated (one previous file kept)"),
+    ("--log-retention", "ATEOM_LOG_RETENTION", "float", 3600.0,
+     "seconds an actor's logs are kept once it is no longer hosted"),
+)
+
+
+def add_flags(parser: argparse.ArgumentParser) -> None:
+    """Add every serve flag; defaults are left None so `from_args` can apply env twins."""
+    for flag, env, kind, default, help_text in _FLAGS:
+        kw: dict[str, object] = {
+            "default": None, "help": f"{help_text} [${env}; default {default!r}]"
+        }
+        if kind.startswith("list"):
+            kw["action"] = "append"
+        elif kind == "int":
+            kw["type"] = int
+        elif kind == "float":
+            kw["type"] = float
+        if flag == "--log-format":
+            kw["choices"] = ("json", "console")
+        parser.add_argument(flag, **kw)  # type: ignore[arg-type]
+
+
+def _from_env(kind: str, raw: str, env_name: str) -> object:
+    try:
+        if kind == "int":
+            return int(raw)
+        if kind == "float":
+            return float(raw)
+    except ValueError:
+        raise AteomError(
+            f"${env_name}={raw!r}: not a number", code=ErrorCode.INVALID_ARGUMENT
+        ) from None
+    if kind == "list-colon":
+        return tuple(p for p in raw.split(":") if p)
+    if kind == "list-space":
+        return tuple(raw.split())
+    return raw
+
+
+def from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> DaemonConfig:
+    """Build the config: flag, else ATEOM_* twin, else default. Checks values (pure)."""
+    environ = os.environ if environ is None else environ
+    values: dict[str, object] = {}
+    for flag, env, kind, default, _ in _FLAGS:
+        attr = flag[2:].replace("-", "_")
+        given = getattr(args, attr, None)
+        if given is not None:
+            value: object = tuple(given) if kind.startswith("list") else given
+        elif env in environ:
+            value = _from_env(kind, environ[env], env)
+        else:
+            value = default
+        values[attr] = value
+    values["runsc_global_flags"] = values.pop("runsc_global_flag")
+    values["spec_dirs"] = values.pop("spec_dir")
+    config = DaemonConfig(**values, env=dict(environ))  # type: ignore[arg-type]
+    return check_config(config)
+
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+# The pause container names a bundle dir and a runsc container id.
+_SAFE_COMPONENT = re.compile(r"^[A-Za-z0-9._-]{1,63}$")
+
+
+def check_config(config: DaemonConfig) -> DaemonConfig:
+    """Reject configs the daemon cannot serve with (pure)."""
+
+    def bad(msg: str) -> AteomError:
+        return AteomError(msg, code=ErrorCode.INVALID_ARGUMENT)
+
+    if not config.actors_root:
+        raise bad("--actors-root (or $ATEOM_ACTORS_ROOT) is required")
+    if not os.path.isabs(config.actors_root):
+        raise bad(f"--actors-root {config.actors_root!r}: must be an absolute path")
+    if config.max_actors < 1:
+        raise bad(f"--max-actors {config.max_actors}: must be >= 1")
+    if config.shutdown_grace < 0 or config.kill_grace < 0:
+        raise bad("--shutdown-grace and --kill-grace must be >= 0")
+    if config.log_format not in ("json", "console"):
+        raise bad(f"--log-format {config.log_format!r}: must be json or console")
+    if config.log_level.lower() not in LOG_LEVELS:
+        raise bad(f"--log-level {config.log_level!r}: must be one of {', '.join(LOG_LEVELS)}")
+    if config.runsc_timeout <= 0:
+        raise bad(f"--runsc-timeout {config.runsc_timeout}: must be > 0")
+    parse_placement(config.gpu_placement)  # INVALID_ARGUMENT naming --gpu-placement
+    if config.cuda_checkpoint_timeout <= 0:
+        raise bad(f"--cuda-checkpoint-timeout {config.cuda_checkpoint_timeout}: must be > 0")
+    if config.cuda_checkpoint and not os.path.isabs(config.cuda_checkpoint):
+        raise bad(f"--cuda-checkpoint {config.cuda_checkpoint!r}: must be an absolute path")
+    if config.lock_wait < 0 or config.log_retention < 0:
+        raise bad("--lock-wait and --log-retention must be >= 0")
+    if config.log_max_bytes < 4096:
+        raise bad(f"--log-max-bytes {config.log_max_bytes}: must be at least 4096")
+    if not _SAFE_COMPONENT.match(config.pause_container) or set(config.pause_container) == {"."}:
+        raise bad(f"--pause-container {config.pause_container!r}: must be one path component"
+                  " of letters, digits, '.', '_' or '-'")
+    if not config.socket:
+        raise bad("--socket: must not be empty")
+    if config.runsc_dir and not os.path.isabs(config.runsc_dir):
+        raise bad(f"--runsc-dir {config.runsc_dir!r}: must be an absolute path")
+    return config

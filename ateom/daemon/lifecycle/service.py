@@ -1,0 +1,341 @@
+"""AteomService: admission and the actor lifecycle calls, each a short sequence of
+named steps over the daemon's parts.
+
+    validate (pure, then the few stats that must be) -> admit -> plan -> host
+    (write bundles, boot runsc) ... checkpoint (save, release) / terminate
+    (release)
+
+The parts, one job each: `admission` (draining, calls in flight), `actors`
+(the hosting table and the state machine), `plan` (what each bundle
+becomes), `bundle_store` (ateom's config in, the node agent's back),
+`hosting` (bundles + runsc, all or nothing), `sandbox` (runsc boot and
+teardown), `checkpoint`, `stats`. Operators' questions are `inspect`'s. The
+gRPC servicer (`ateom.daemon.rpc.server`) only translates to and from this
+object; tests drive it directly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from collections.abc import Mapping, Sequence
+
+import structlog
+
+from ateom.daemon.actors import stats
+from ateom.daemon.actors.admission import Admission
+from ateom.daemon.actors.hosting import Hosting
+from ateom.daemon.actors.table import Actor, ActorTable, Op, Phase
+from ateom.daemon.bundles.catalog import DeviceCatalog
+from ateom.daemon.bundles.plan import CdiInjector, Injector, SandboxPlan, SandboxPlanner
+from ateom.daemon.bundles.store import BundleStore
+from ateom.daemon.calls import validation
+from ateom.daemon.calls.phases import phase
+from ateom.daemon.calls.requests import (
+    ActorRef,
+    CheckpointRequest,
+    CheckpointResult,
+    RestoreRequest,
+    RunRequest,
+    StatsSample,
+    TerminateRequest,
+)
+from ateom.daemon.gpus import compat_record
+from ateom.daemon.gpus.lifecycle import GpuActors, GpuSave
+from ateom.daemon.gpus.pool import GpuPool
+from ateom.daemon.lifecycle.config import DaemonConfig
+from ateom.daemon.sandbox import save
+from ateom.daemon.sandbox.janitor import LogJanitor
+from ateom.daemon.sandbox.teardown import TeardownIncomplete
+from ateom.errors import AteomError, ErrorCode, quote
+from ateom.gpuinfo.nvidia_ctk import SpecGenerator
+from ateom.gpuinfo.placement import PlacementSnapshot, parse_placement
+from ateom.process.reaper import Reaper, default_reaper
+from ateom.runsc.commands import RunscError
+from ateom.runsc.probe import PROBE_TIMEOUT, RunscInfo, probe_runsc
+
+log = structlog.get_logger("ateom.service")
+
+
+class AteomService:
+    def __init__(self, config: DaemonConfig, *, reaper: Reaper | None = None,
+                 injector: Injector | None = None) -> None:
+        self.config = config
+        self.reaper = reaper or default_reaper()
+        self.environ: Mapping[str, str] = dict(config.env or os.environ)
+        self.admission = Admission(config.lifecycle_slots)
+        self.actors = ActorTable(config.max_actors)
+        self.injector: Injector = injector or CdiInjector(config.node)
+        self.catalog = DeviceCatalog(config.node, SpecGenerator(
+            self.reaper, config.node, config.generated_cdi_dir, self.environ,
+            beneath=config.run_dir))
+        self.planner = SandboxPlanner(actors_root=config.actors_root,
+                                      pause_container=config.pause_container,
+                                      catalog=self.catalog, injector=self.injector)
+        self.bundles = BundleStore(config.actors_root, config.run_dir)
+        self.hosting = Hosting(config, self.reaper, self.bundles, self.injector)
+        pool = GpuPool(parse_placement(config.gpu_placement), lambda: GpuActors.gatherer(
+            self.reaper, config.node, config.proc_root, self.environ))
+        self.gpus = GpuActors(pool, config.node, cuda_checkpoint=config.cuda_checkpoint,
+                              nvproxy_capabilities=config.nvproxy_capabilities,
+                              actors_root=config.actors_root, environ=self.environ,
+                              nvproxy_driver_version=config.nvproxy_driver_version)
+        self.janitor = LogJanitor(
+            config.log_root, max_bytes=config.log_max_bytes, retention=config.log_retention,
+            hosted=lambda: [a.ref.actor_uid for a in self.actors.snapshot()])
+
+    @property
+    def state(self) -> str:
+        return self.admission.state
+
+    @state.setter
+    def state(self, value: str) -> None:
+        self.admission.state = value
+
+    # -- steps shared by the calls ----------------------------------------------
+
+    def probe(self, path: str) -> RunscInfo:
+        """What `path` (a runsc) can do; cached per binary (runs it through the reaper)."""
+        def runner(argv: Sequence[str]) -> tuple[int, str]:
+            done = self.reaper.run_capture(argv, timeout=PROBE_TIMEOUT)
+            return done.returncode, done.output
+
+        return probe_runsc(path, runner)
+
+    def _allowed_runsc(self, requested: str) -> str:
+        """The runsc a request may run (PERMISSION_DENIED otherwise); stats PATH."""
+        configured = self.config.runsc
+        resolved = "" if os.path.isabs(configured) else shutil.which(configured) or ""
+        return validation.check_runsc_path(requested, configured, self.config.runsc_dir,
+                                           resolved=resolved)
+
+    def _validate_start(self, req: RunRequest | RestoreRequest) -> RunscInfo:
+        """Request checks before any side effect; the runsc to run, probed."""
+        root, pause = self.config.actors_root, self.config.pause_container
+        if isinstance(req, RunRequest):
+            validation.check_run(req, root, pause=pause)
+        else:
+            validation.check_restore(req, root, pause=pause)
+        info = self.probe(self._allowed_runsc(req.runsc_path))
+        validation.check_dirs_on_disk(req.dirs, root)
+        if isinstance(req, RestoreRequest) and req.containers and not info.restores_subcontainers:
+            raise AteomError(
+                f"runsc {info.path} ({info.version}) restores only a sandbox's root container,"
+                f" and actor {req.actor.actor_uid} has {len(req.containers)} app container(s):"
+                " restoring it needs a runsc with multi-container restore (release-20240501.0"
+                " or newer)", code=ErrorCode.FAILED_PRECONDITION)
+        return info
+
+    def _admit_and_host(self, req: RunRequest | RestoreRequest, op: Op, info: RunscInfo,
+                        image: str | None, *, discard_image: bool = False) -> SandboxPlan:
+        """Admit the actor, plan its bundles, host its sandbox (restored from `image`
+        when given, which is removed once restored if `discard_image`, still under
+        the actor's lock). Admission, the hosting table's rollback and the actor
+        lock's release live here once for Run and Restore."""
+        uid = req.actor.actor_uid
+        actor = self.admission.admit(self.actors, req.actor, op)
+        try:
+            # Bundles a dead predecessor left edited get their originals back
+            # before they are read: the plan must start from the node agent's.
+            if self.bundles.has_records(uid):
+                self.hosting.clean_leftovers(uid, self._leftover_runsc(uid))
+            with phase("plan"):
+                view = self.gpus.place(uid, req, info, self.planner.devices(req.containers),
+                                       image)
+                self.gpus.check_driver(info, view, op.value)
+                plan = self.planner.plan(uid, req.dirs, req.containers, info, view,
+                                         tools=self.gpus.tools(view), cpu_milli=req.cpu_milli,
+                                         memory_bytes=req.memory_bytes)
+            self.hosting.host(actor, plan, self.hosting.runsc_for(uid, info, gpu=plan.gpu), image)
+            if image is not None and discard_image:
+                shutil.rmtree(image, ignore_errors=True)
+            return plan
+        except BaseException:
+            self.gpus.release(uid)
+            self.actors.remove(actor)
+            raise
+        finally:
+            actor.lock.release()
+
+    def _release(self, actor: Actor, grace: float, *, ask_runsc: bool = True) -> None:
+        """Tear the actor's sandbox down, give its bundles and GPUs back, unhost it."""
+        try:
+            self.hosting.release(actor, grace, ask_runsc=ask_runsc)
+        finally:
+            self.gpus.release(actor.ref.actor_uid)
+            self.actors.remove(actor)
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    def run_workload(self, req: RunRequest) -> None:
+        with self.admission.call(Op.RUN, req.actor.actor_uid, admits=True):
+            with phase("validate"):
+                info = self._validate_start(req)
+            plan = self._admit_and_host(req, Op.RUN, info, None)
+            log.info("actor_running", containers=list(plan.container_names),
+                     devices=list(plan.devices), nvproxy=plan.gpu)
+
+    def restore_workload(self, req: RestoreRequest) -> None:
+        uid = req.actor.actor_uid
+        with self.admission.call(Op.RESTORE, uid, admits=True):
+            with phase("validate"):
+                info = self._validate_start(req)
+                image = req.dirs.restore_dir
+                if not os.path.isdir(image) or not os.listdir(image):
+                    raise AteomError(f"actor_dirs.restore_dir {quote(image)}: missing or empty",
+                                     code=ErrorCode.FAILED_PRECONDITION)
+            try:
+                plan = self._admit_and_host(req, Op.RESTORE, info, image,
+                                            discard_image=not req.preserve_restore_dir)
+            except RunscError as exc:
+                raise AteomError(f"restore of actor {uid} failed in runsc and was cleaned"
+                                 f" up: {exc}", code=ErrorCode.INTERNAL) from exc
+            log.info("actor_restored", containers=list(plan.container_names),
+                     devices=list(plan.devices), nvproxy=plan.gpu)
+
+    def checkpoint_workload(self, req: CheckpointRequest) -> CheckpointResult:
+        uid = req.actor.actor_uid
+        with self.admission.call(Op.CHECKPOINT, uid, admits=False):
+            with phase("validate"):
+                validation.check_checkpoint(req, self.config.actors_root,
+                                            pause=self.config.pause_container)
+                self._allowed_runsc(req.runsc_path)
+                validation.check_dirs_on_disk(req.dirs, self.config.actors_root)
+            with self.actors.operate(uid, Op.CHECKPOINT, max_wait=self.config.lock_wait) as actor:
+                gpu = self.gpus.prepare_save(actor)  # refusals: before the sandbox is touched
+                image = req.dirs.checkpoint_dir
+                save.make_image_dir(image)
+                try:
+                    files = self._save(actor, image, gpu)
+                except save.SaveRefused:
+                    raise  # the actor keeps running, hosted as before
+                except BaseException as exc:
+                    self._release(actor, grace=0)
+                    raise _terminated_by_failed_checkpoint(uid, exc) from exc
+                try:
+                    self._release(actor, grace=0, ask_runsc=False)
+                except TeardownIncomplete as exc:
+                    # The image is whole and the actor unhosted, its GPUs and
+                    # bundles given back: failing the call would have the node
+                    # agent discard a good checkpoint. What stayed is logged
+                    # (state_dir_left_behind) for the operator.
+                    log.error("checkpoint_teardown_incomplete", reason=str(exc))
+                log.info("actor_checkpointed", files=list(files), gpu=gpu is not None)
+                return CheckpointResult(files)
+
+    def _save(self, actor: Actor, image: str, gpu: GpuSave | None) -> tuple[str, ...]:
+        """runsc checkpoint (through cuda-checkpoint for a GPU actor, then its record)."""
+        assert actor.sandbox is not None
+        uid = actor.ref.actor_uid
+        if gpu is None:
+            return save.save(actor.sandbox, image, uid)
+        files = save.save(actor.sandbox, image, uid, flags=gpu.flags,
+                                phase_name="cuda-checkpoint",
+                                timeout=self.config.cuda_checkpoint_timeout)
+        record = compat_record.write(image, gpu.record, beneath=self.config.actors_root)
+        return tuple(sorted({*files, os.path.relpath(record, image)}))
+
+    def terminate_workload(self, req: TerminateRequest) -> None:
+        uid = req.actor.actor_uid
+        with self.admission.call(Op.TERMINATE, uid, admits=False):
+            with phase("validate"):
+                validation.check_terminate(req, self.config.actors_root,
+                                           pause=self.config.pause_container)
+                self._allowed_runsc(req.runsc_path)
+            self._terminate(req.actor)
+
+    def _terminate(self, ref: ActorRef) -> None:
+        uid = ref.actor_uid
+        cleanup = self.actors.admit_cleanup(ref)
+        if cleanup is not None:
+            # Idempotent: a gone actor is terminated. What a crash left of it
+            # is cleared holding its slot, so a Run of it waits its turn.
+            try:
+                self.hosting.clean_leftovers(uid, self._leftover_runsc(uid))
+            finally:
+                self.actors.remove(cleanup)
+                cleanup.lock.release()
+            return
+        try:
+            with self.actors.operate(uid, Op.TERMINATE, max_wait=self.config.lock_wait) as actor:
+                self._release(actor, grace=self.config.kill_grace)
+                log.info("actor_terminated")
+        except AteomError as exc:
+            if exc.code is not ErrorCode.NOT_FOUND:  # NOT_FOUND: went away meanwhile
+                raise
+
+    def _leftover_runsc(self, uid: str) -> RunscInfo | None:
+        """The configured runsc, probed, when `uid` has runsc state left; else None
+        (also when it cannot be probed: its leftover processes are killed anyway)."""
+        if not os.path.isdir(os.path.join(self.config.state_root, uid)):
+            return None
+        try:
+            return self.probe(self.config.runsc)
+        except AteomError as exc:
+            log.warning("runsc_unusable_for_cleanup", error=str(exc))
+            return None
+
+    # -- stats -------------------------------------------------------------------
+
+    def workload_stats(self, uid: str) -> StatsSample:
+        with self.admission.slot(f"stats of actor {uid}"):
+            return stats.actor_stats(self.actors.get(uid), uid)
+
+    def active_workload_stats(self) -> list[StatsSample]:
+        samples = []
+        with self.admission.slot("stats of all actors"):
+            for actor in self.actors.snapshot():
+                if actor.phase is not Phase.RUNNING:
+                    continue
+                try:
+                    samples.append(stats.actor_stats(actor, actor.ref.actor_uid))
+                except AteomError as exc:
+                    log.info("stats_skipped", actor_uid=actor.ref.actor_uid, reason=str(exc))
+        return samples
+
+    # -- daemon ------------------------------------------------------------------
+
+    def drain(self, grace: float) -> None:
+        """Stop admitting; for up to `grace`, let calls finish and the node agent
+        checkpoint or terminate its actors (Checkpoint/Terminate stay open);
+        then terminate whatever is still hosted."""
+        self.admission.drain(grace, lambda: len(self.actors))
+        for actor in self.actors.snapshot():
+            # Not through a call slot: stuck calls may hold them all.
+            with contextlib.suppress(AteomError), \
+                    structlog.contextvars.bound_contextvars(actor_uid=actor.ref.actor_uid):
+                self._terminate(actor.ref)
+
+    def reconcile(self) -> None:
+        """Before serving: clear what a dead predecessor left on these dirs.
+
+        Every sandbox under the runsc state root is torn down and every bundle
+        it left edited gets its original back. Not re-adopted: in a Pod the
+        worker's PID 1 died with them (their sandboxes died too), and a live one
+        found here is one whose plan, devices, GPU placement and exit this
+        process never saw: it would be shown and counted on guesses. The node
+        agent learns the actor is gone (NOT_FOUND) and runs or restores it again.
+        """
+        with phase("reconcile"):
+            leftovers = self.hosting.leftover_uids()
+            for uid in leftovers:
+                with structlog.contextvars.bound_contextvars(actor_uid=uid):
+                    self.hosting.clean_leftovers(uid, self._leftover_runsc(uid))
+            if leftovers:
+                log.warning("reconciled", actors=leftovers)
+
+    def placement_snapshot(self) -> PlacementSnapshot | None:
+        """Who holds which of the Pod's GPUs (metrics, Inspect); None before any."""
+        return self.gpus.pool.snapshot()
+
+
+def _terminated_by_failed_checkpoint(uid: str, exc: BaseException) -> BaseException:
+    """The error a Checkpoint returns when the save failed and left the sandbox in a
+    state no one should resume: the actor was terminated, and this says why."""
+    if not isinstance(exc, AteomError):
+        return exc
+    why = str(exc)  # a RunscError's says the command, runsc's reason and its log's tail
+    return AteomError(f"checkpoint of actor {uid} failed and the actor was terminated"
+                      f" (nothing was saved): {why}", code=exc.code)
+

@@ -1,0 +1,369 @@
+"""Prometheus metrics: what the daemon did, how long it took, what it hosts.
+
+One `Metrics` object per daemon, on its own registry (not the client library's
+global one), so tests and two daemons in one process never share counters.
+The daemon feeds it from its two seams, whose observer signatures these
+methods match exactly:
+
+- ``ateom.daemon.rpc.handler.RPC_OBSERVERS``: ``metrics.observe_rpc(method, code, seconds)``;
+- ``ateom.daemon.calls.phases.PHASE_OBSERVERS``: ``metrics.observe_phase(phase, seconds, ok)``;
+- ``ateom.daemon.calls.refusals.REFUSAL_OBSERVERS``: ``metrics.observe_refusal(kind, reason)``;
+
+(`attach_to_daemon` appends all three), and reads three things at scrape
+time, so no code path has to remember to update them: the hosted-actor count
+(`track_hosted_actors`), the injector's SONAME cache (`track_soname_cache`)
+and who holds which GPU (`track_placement`).
+Exposition is off unless the daemon calls `start_metrics_server`
+(``--metrics-listen``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator, Sized
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Protocol
+from wsgiref.simple_server import WSGIServer
+
+import structlog
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import start_http_server
+from prometheus_client.registry import Collector
+
+from ateom import __version__
+from ateom.daemon.calls import phases, refusals
+from ateom.daemon.rpc import handler
+from ateom.errors import AteomError, ErrorCode
+from ateom.gpuinfo.placement import PlacementSnapshot
+from ateom.inject.soname import DEFAULT_SONAME_CACHE
+
+NAMESPACE = "ateom"
+log = structlog.get_logger("ateom.daemon.rpc.metrics")
+
+# Phases the daemon times (ateom.daemon.calls.phases names). Listed for the docs and
+# dashboards; any name the daemon uses is recorded, because an observer that
+# raised would break the phase it observes. Names are literals in the daemon,
+# so the label's cardinality stays bounded.
+PHASES = (
+    "validate",
+    "plan",
+    "inject",  # CDI resolution + bundle injection, per container
+    "inject.plan",
+    "cdi.generate",  # nvidia-ctk cdi generate, when the node had no spec
+    "runsc.create",
+    "runsc.start",
+    "cuda-checkpoint",  # runsc running cuda-checkpoint in the sandbox, before a GPU save
+    "runsc.checkpoint",
+    "runsc.restore",
+    "runsc.delete",
+    "rollback",
+    "teardown",
+    "reconcile",  # at startup: sandboxes left by an earlier daemon
+)
+
+# RPCs take from milliseconds (stats) to minutes (checkpointing a large GPU
+# sandbox); the default buckets stop at 10 s.
+RPC_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+PHASE_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+
+
+@dataclass
+class RpcCall:
+    """The code an RPC ended with; the `rpc` context manager's handle."""
+
+    method: str
+    code: str = "OK"
+
+
+class Metrics:
+    """The daemon's metrics, registered on `self.registry`."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.rpc_requests = Counter(
+            "rpc_requests",
+            "gRPC calls handled, by method and status code.",
+            ["method", "code"],
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
+        self.rpc_duration = Histogram(
+            "rpc_duration_seconds",
+            "gRPC call latency, by method and status code.",
+            ["method", "code"],
+            namespace=NAMESPACE,
+            buckets=RPC_BUCKETS,
+            registry=self.registry,
+        )
+        self.phase_duration = Histogram(
+            "phase_duration_seconds",
+            "Duration of one lifecycle phase (inject, runsc create/start/checkpoint/restore...).",
+            ["phase", "outcome"],
+            namespace=NAMESPACE,
+            buckets=PHASE_BUCKETS,
+            registry=self.registry,
+        )
+        # kind: "placement", "checkpoint", "restore"; reason: a slug the daemon
+        # names (ateom.daemon.calls.refusals): both bounded, so the label set is too.
+        self.refusals = Counter(
+            "refusals",
+            "Requests ateom turned down on purpose, by decision and reason.",
+            ["kind", "reason"],
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
+        self.hosted_actors = Gauge(
+            "hosted_actors",
+            "Actors this worker hosts right now.",
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
+        self.build_info = Gauge(
+            "build_info",
+            "Always 1; the labels say which ateom this is.",
+            ["version"],
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
+        self.build_info.labels(version=__version__).set(1)
+
+    # -- RPC seam ---------------------------------------------------------------
+
+    def observe_rpc(self, method: str, code: str, seconds: float) -> None:
+        """Count one finished RPC. `code` is a gRPC status name ("OK", "NOT_FOUND", ...)."""
+        self.rpc_requests.labels(method=method, code=code).inc()
+        self.rpc_duration.labels(method=method, code=code).observe(seconds)
+
+    @contextmanager
+    def rpc(self, method: str) -> Iterator[RpcCall]:
+        """Time the block as RPC `method`.
+
+        The code is OK, the escaping AteomError's code, INTERNAL for any other
+        exception, or whatever the block set on the yielded handle (for a
+        servicer that reports errors without raising).
+        """
+        call = RpcCall(method)
+        start = time.perf_counter()
+        try:
+            yield call
+        except AteomError as exc:
+            call.code = exc.code.value
+            raise
+        except BaseException:
+            call.code = ErrorCode.INTERNAL.value
+            raise
+        finally:
+            self.observe_rpc(method, call.code, time.perf_counter() - start)
+
+    # -- phase seam -------------------------------------------------------------
+
+    def observe_phase(self, phase: str, seconds: float, ok: bool = True) -> None:
+        """Record one phase's duration and whether it succeeded."""
+        outcome = "ok" if ok else "error"
+        self.phase_duration.labels(phase=phase, outcome=outcome).observe(seconds)
+
+    @contextmanager
+    def phase(self, phase: str) -> Iterator[None]:
+        """Time the block as `phase`; an exception makes its outcome "error"."""
+        start = time.perf_counter()
+        ok = False
+        try:
+            yield
+            ok = True
+        finally:
+            self.observe_phase(phase, time.perf_counter() - start, ok)
+
+    # -- refusal seam -----------------------------------------------------------
+
+    def observe_refusal(self, kind: str, reason: str) -> None:
+        """Count one refusal (`ateom.daemon.calls.refusals.refused`)."""
+        self.refusals.labels(kind=kind, reason=reason).inc()
+
+    # -- state ------------------------------------------------------------------
+
+    def set_hosted_actors(self, count: int) -> None:
+        self.hosted_actors.set(count)
+
+    def track_hosted_actors(self, count: Callable[[], int]) -> None:
+        """Read the hosted-actor gauge from `count()` at every scrape."""
+        self.hosted_actors.set_function(lambda: float(count()))
+
+    def track_soname_cache(self, cache: CacheStats) -> None:
+        """Expose `cache.hits`/`cache.misses` (the injector's SONAME cache) at every scrape."""
+        self.registry.register(_SonameCacheCollector(cache))
+
+    def track_placement(self, snapshot: Callable[[], PlacementSnapshot | None]) -> None:
+        """Expose each GPU's holder count and the placement policy from `snapshot()`
+        at every scrape (None: the Pod's GPUs are not known yet, nothing shown)."""
+        self.registry.register(_PlacementCollector(snapshot))
+
+    def scrape(self) -> bytes:
+        """The Prometheus text exposition of this registry, as a scraper would get it."""
+        return generate_latest(self.registry)
+
+
+class CacheStats(Protocol):
+    hits: int
+    misses: int
+
+
+class _SonameCacheCollector(Collector):
+    def __init__(self, cache: CacheStats) -> None:
+        self._cache = cache
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily(
+            f"{NAMESPACE}_injection_soname_cache_lookups",
+            "SONAME lookups during injection: answered by the cache (hit) or read from ELF (miss).",
+            labels=["result"],
+        )
+        family.add_metric(["hit"], self._cache.hits)
+        family.add_metric(["miss"], self._cache.misses)
+        yield family
+
+
+class _PlacementCollector(Collector):
+    """Per-GPU holders and the policy, read from the placer when scraped."""
+
+    def __init__(self, snapshot: Callable[[], PlacementSnapshot | None]) -> None:
+        self._snapshot = snapshot
+
+    def collect(self) -> Iterator[Metric]:
+        holders = GaugeMetricFamily(
+            f"{NAMESPACE}_gpu_holders",
+            "Actors holding each of the Pod's GPUs now (by GPU index).",
+            labels=["gpu"],
+        )
+        info = GaugeMetricFamily(
+            f"{NAMESPACE}_gpu_placement_info",
+            "Always 1; the label is the --gpu-placement policy in force.",
+            labels=["policy"],
+        )
+        try:
+            snap = self._snapshot()
+        except Exception as exc:  # a scrape must answer without this part
+            # The other metrics matter more than this one source; say why it is absent.
+            log.warning("metrics_placement_unavailable", error=str(exc)[:200])
+            snap = None
+        if snap is not None:
+            for h in snap.gpus:
+                holders.add_metric([str(h.gpu.index)], len(h.holders))
+            info.add_metric([str(snap.settings)], 1)
+        yield holders
+        yield info
+
+
+def attach_to_daemon(metrics: Metrics) -> Callable[[], None]:
+    """Subscribe `metrics` to the daemon's RPC, phase and refusal seams; returns the undo."""
+    seams: tuple[tuple[list[Any], Any], ...] = (
+        (handler.RPC_OBSERVERS, metrics.observe_rpc),
+        (phases.PHASE_OBSERVERS, metrics.observe_phase),
+        (refusals.REFUSAL_OBSERVERS, metrics.observe_refusal),
+    )
+    for observers, observer in seams:
+        observers.append(observer)
+
+    def detach() -> None:
+        for observers, observer in seams:
+            if observer in observers:
+                observers.remove(observer)
+
+    return detach
+
+
+def parse_listen_address(host_port: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[v6]:PORT`` for IPv6; empty host = all interfaces) -> (host, port)."""
+    host, sep, port_text = host_port.rpartition(":")
+    if not sep or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise AteomError(
+            f"--metrics-listen {host_port!r}: expected HOST:PORT with a port in 0..65535",
+            code=ErrorCode.INVALID_ARGUMENT,
+        )
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return host or "0.0.0.0", int(port_text)
+
+
+class MetricsServer:
+    """A running exposition endpoint (HTTP, any path serves the scrape)."""
+
+    def __init__(
+        self,
+        server: WSGIServer,
+        thread: threading.Thread,
+        metrics: Metrics,
+        on_close: Callable[[], None] | None = None,
+    ) -> None:
+        self._server = server
+        self._thread = thread
+        self.metrics = metrics
+        self._on_close = on_close
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_port)
+
+    @property
+    def host(self) -> str:
+        return str(self._server.server_address[0])
+
+    def close(self) -> None:
+        if self._on_close is not None:
+            self._on_close()
+            self._on_close = None
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+
+def start_metrics_server(host_port: str, metrics: Metrics) -> MetricsServer:
+    """Serve `metrics` on ``HOST:PORT`` from a daemon thread (opens a listening socket).
+
+    Port 0 picks a free port (see `.port`). Raises AteomError(UNAVAILABLE) when
+    the address cannot be bound.
+    """
+    host, port = parse_listen_address(host_port)
+    try:
+        server, thread = start_http_server(port, addr=host, registry=metrics.registry)
+    except OSError as exc:
+        raise AteomError(
+            f"--metrics-listen {host_port!r}: cannot listen: {exc.strerror or exc}",
+            code=ErrorCode.UNAVAILABLE,
+        ) from exc
+    return MetricsServer(server, thread, metrics)
+
+
+class HostsActors(Protocol):
+    """What `start_daemon_metrics` needs of the daemon's service: its actor table
+    and its GPU placement (None until the Pod's GPUs are known)."""
+
+    @property
+    def actors(self) -> Sized: ...
+
+    def placement_snapshot(self) -> PlacementSnapshot | None: ...
+
+
+def start_daemon_metrics(host_port: str, service: HostsActors) -> MetricsServer:
+    """Everything ``ateom serve --metrics-listen`` needs, in one call.
+
+    A fresh `Metrics` subscribed to the RPC, phase and refusal seams, reading
+    the hosted-actor count from ``service.actors``, the GPU holders from
+    ``service.placement_snapshot()`` and the injector's process-wide SONAME
+    cache at scrape time, served on `host_port`. ``close()`` on the result
+    unsubscribes and stops serving.
+    """
+    metrics = Metrics()
+    metrics.track_hosted_actors(lambda: len(service.actors))
+    metrics.track_placement(lambda: service.placement_snapshot())
+    metrics.track_soname_cache(DEFAULT_SONAME_CACHE)
+    detach = attach_to_daemon(metrics)
+    try:
+        server = start_metrics_server(host_port, metrics)
+    except BaseException:
+        detach()
+        raise
+    server._on_close = detach
+    return server

@@ -1,0 +1,84 @@
+"""Checkpointing a hosted actor's sandbox into the node agent's checkpoint_dir.
+
+runsc saves the whole sandbox through its root container and leaves it
+running or stopped depending on the release; ateom then tears it down and
+reports the files the save wrote (new or changed), not what an earlier call
+left in the same directory.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+from ateom.daemon.calls.phases import phase
+from ateom.daemon.sandbox.boot import Sandbox
+from ateom.errors import AteomError, ErrorCode, quote
+from ateom.runsc.commands import RunscError
+
+FileVersion = tuple[int, int, int, int]  # inode, size, mtime, ctime
+
+
+def make_image_dir(path: str) -> None:
+    """Create the checkpoint dir if needed (FAILED_PRECONDITION when it cannot be one)."""
+    try:
+        os.makedirs(path, mode=0o750, exist_ok=True)
+    except OSError as exc:
+        raise AteomError(
+            f"actor_dirs.checkpoint_dir {quote(path)}: cannot make it a directory:"
+            f" {exc.strerror}; the actor keeps running",
+            code=ErrorCode.FAILED_PRECONDITION) from None
+
+
+def file_versions(top: str) -> dict[str, FileVersion]:
+    """Relative path -> version of each file under `top` (stats, never follows links)."""
+    versions = {}
+    for d, _, names in os.walk(top):
+        for name in names:
+            path = os.path.join(d, name)
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                continue
+            versions[os.path.relpath(path, top)] = (st.st_ino, st.st_size, st.st_mtime_ns,
+                                                    st.st_ctime_ns)
+    return versions
+
+
+def written_files(before: dict[str, FileVersion],
+                  after: dict[str, FileVersion]) -> tuple[str, ...]:
+    """The files new or changed between two `file_versions` (pure)."""
+    return tuple(sorted(f for f, v in after.items() if before.get(f) != v))
+
+
+class SaveRefused(AteomError):
+    """runsc would not save the sandbox and it is still running: nothing is lost."""
+
+    code = ErrorCode.FAILED_PRECONDITION
+
+
+def save(sandbox: Sandbox, image_path: str, uid: str, *, flags: Sequence[str] = (),
+         phase_name: str = "runsc.checkpoint", timeout: float | None = None
+         ) -> tuple[str, ...]:
+    """runsc checkpoint of the sandbox root into `image_path`; the files it wrote.
+
+    A failure with the sandbox still running is `SaveRefused` (e.g. a live CUDA
+    context runsc cannot save, or cuda-checkpoint failing and undone: the actor
+    keeps running and can try again); any other failure, a timeout included,
+    is the RunscError, the sandbox in a state no one should resume.
+    """
+    runsc = sandbox.runsc
+    root = sandbox.plan.root_id
+    before = file_versions(image_path)
+    try:
+        with phase(phase_name, container=root):
+            runsc.checkpoint(root, image_path, flags=flags, timeout=timeout)
+    except RunscError as exc:
+        # Keep or terminate follows what happened to the sandbox, not runsc's
+        # exit code: 20260817 refuses some saves and keeps the sandbox; 20240729
+        # kills it for the same cause (nvproxy.frontendFD is not saveable).
+        if not exc.timed_out and runsc.running(root):
+            raise SaveRefused(f"runsc refused to checkpoint actor {uid}; it keeps running:"
+                              f" {exc.reason}\n{exc.tail}") from exc
+        raise
+    return written_files(before, file_versions(image_path))

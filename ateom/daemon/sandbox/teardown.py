@@ -1,0 +1,116 @@
+"""Tear a sandbox down, leaving nothing, or saying what it left.
+
+TERM, a grace, KILL, delete (the sandbox root first: that destroys the
+sandbox); then any runsc process still running with the actor's ``-root`` is
+killed (a container a failed flow left ``created`` keeps its sandbox after
+``delete -force``) and the state dir goes, with what runsc mounted in it
+(`state_dir`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Sequence
+
+import structlog
+
+from ateom.daemon.calls.phases import phase
+from ateom.daemon.sandbox.state_dir import remove_state_dir
+from ateom.errors import AteomError, ErrorCode
+from ateom.runsc.commands import Runsc
+
+log = structlog.get_logger("ateom.sandbox")
+
+
+class TeardownIncomplete(AteomError):
+    """The sandbox is gone, but its runsc state dir (or a mount in it) could not be
+    removed: what stays is named. Terminate reports it; a completed save does not
+    turn into a failure for it (see `AteomService.checkpoint_workload`)."""
+
+    code = ErrorCode.INTERNAL
+
+
+def sandbox_processes(root: str) -> list[int]:
+    """Pids of runsc processes (sandbox, gofer...) run with ``--root=<root>`` (reads /proc)."""
+    marker = f"--root={root}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                args = f.read().split(b"\0")
+        except OSError:
+            continue
+        if marker in args:
+            found.append(int(entry))
+    return found
+
+
+def _stop(runsc: Runsc, ordered: Sequence[str], grace: float) -> None:
+    """TERM each container, wait up to `grace` for all to stop, then KILL."""
+    if grace > 0 and ordered:
+        for name in ordered:
+            runsc.kill(name, "TERM")
+        deadline = time.monotonic() + grace
+        waiting = list(ordered)
+        while waiting and time.monotonic() < deadline:
+            waiting = [n for n in waiting if runsc.status(n) not in ("stopped", "")]
+            if waiting:
+                time.sleep(0.05)
+    for name in ordered:
+        runsc.kill(name, "KILL")
+
+
+def kill_sandbox_processes(root: str) -> None:
+    """SIGKILL every runsc process run with ``--root=<root>``; wait (5 s) for them to go."""
+    leftovers = sandbox_processes(root)
+    for pid in leftovers:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    if leftovers:
+        log.warning("sandbox_processes_killed", pids=leftovers)
+    deadline = time.monotonic() + 5
+    while sandbox_processes(root) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def teardown(runsc: Runsc, runsc_ids: Sequence[str], grace: float, *,
+             ask_runsc: bool = True) -> None:
+    """Stop and delete apps then the sandbox root; clean the state dir.
+
+    Skips what `runsc list` no longer shows (`ask_runsc` False: the caller
+    knows every container exists, as right after a checkpoint); containers
+    runsc lists that `runsc_ids` does not name are killed and deleted too.
+    Raises `TeardownIncomplete` when the state dir (or a mount in it) could
+    not be removed: a teardown leaves nothing, or says what it left.
+    """
+    left: list[str] = []
+    with phase("teardown"):
+        try:
+            listed = runsc.list() if ask_runsc else None
+            known = set(runsc_ids) if listed is None else set(listed)
+            present = [n for n in runsc_ids if n in known]
+            _stop(runsc, list(reversed(present)), grace)  # apps first, sandbox root last
+            # Deleted the sandbox root first: that destroys the sandbox and its
+            # containers. A sub-container's own delete then (or after a
+            # checkpoint) may exit 128 ("no control socket found", "connection
+            # refused") on runsc 20240729+; that is tolerated, and the state dir
+            # goes below either way.
+            for name in present:
+                with phase("runsc.delete", container=runsc.log_names.get(name, name)):
+                    runsc.delete(name)
+            for name in sorted(known - set(present)):  # containers we never asked for
+                runsc.kill(name, "KILL")
+                runsc.delete(name)
+        finally:
+            # Whatever failed above, no process of this actor may outlive it
+            # unseen (not shown, not counted, still holding its GPUs).
+            kill_sandbox_processes(runsc.target.root)
+            left = remove_state_dir(runsc.target.root)
+    if left:
+        raise TeardownIncomplete(f"teardown left {len(left)} thing(s) behind in the actor's"
+                                 f" runsc state dir: {'; '.join(left[:5])}")

@@ -1,0 +1,370 @@
+"""runsc command lines (pure) and running them (shell).
+
+Every call is ``runsc -log-format json --alsologtostderr -root <actor state
+dir> [-log FILE] [global flags...] <subcommand> <its flags> <container>``.
+GPU flags (`--nvproxy` and its driver options) go on every call for a GPU
+sandbox (`RunscTarget.gpu`): nvproxy must be on when the sandbox is created
+or restored, and runsc decides per call from its flags how to treat the spec
+it reads (a sub-container's create or restore without them reads its NVIDIA
+devices as a non-GPU sandbox would).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import structlog
+
+from ateom.errors import AteomError, ErrorCode
+from ateom.process.reaper import Completed, Reaper
+from ateom.runsc.probe import RunscInfo
+
+log = structlog.get_logger("ateom.runsc")
+
+LOG_TAIL_BYTES = 2048
+
+
+@dataclass(frozen=True, slots=True)
+class NvproxyOptions:
+    driver_version: str = ""
+    capabilities: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RunscTarget:
+    """One actor's view of runsc: which binary, which state root, which flags."""
+
+    info: RunscInfo
+    root: str  # the actor's -root directory
+    global_flags: tuple[str, ...] = ()
+    nvproxy: NvproxyOptions = NvproxyOptions()
+    gpu: bool = False  # a GPU sandbox: the nvproxy flags on every call
+
+
+# runsc names a sandbox's control socket after its root container's id in the
+# abstract socket namespace ("runsc-sandbox.<id>"), which is shared by the whole
+# network namespace, not scoped by -root: two actors whose sandbox roots are
+# both "_pause" collide ("address already in use"), and so does a new actor
+# whose predecessor's sandbox is still exiting. So the root's runsc id carries
+# the actor uid. Abstract socket names are capped at 107 bytes, hence the
+# hash for long uids.
+_MAX_ROOT_ID = 64
+
+
+def sandbox_root_id(uid: str, pause: str) -> str:
+    """The runsc container id of an actor's sandbox root (pure)."""
+    plain = f"{uid}{pause}" if pause.startswith("_") else f"{uid}_{pause}"
+    if len(plain) <= _MAX_ROOT_ID:
+        return plain
+    digest = hashlib.sha256(uid.encode()).hexdigest()[:12]
+    keep = _MAX_ROOT_ID - len(pause) - len(digest) - 2
+    return f"{uid[:keep]}-{digest}_{pause.lstrip('_')}"
+
+
+def _base(t: RunscTarget, log_file: str | None) -> list[str]:
+    argv = [t.info.path, "-log-format", "json", "--alsologtostderr", "-root", t.root]
+    if log_file:
+        argv += ["-log", log_file]
+    argv += list(t.global_flags)
+    if t.gpu:
+        argv += nvproxy_flags(t)
+    return argv
+
+
+def nvproxy_flags(t: RunscTarget) -> list[str]:
+    """The GPU flags for a sandbox with GPUs; options only when set by the operator."""
+    flags = ["--nvproxy"]
+    if t.nvproxy.driver_version:
+        flags.append(f"--nvproxy-driver-version={t.nvproxy.driver_version}")
+    if t.nvproxy.capabilities:
+        flags.append(f"--nvproxy-allowed-driver-capabilities={t.nvproxy.capabilities}")
+    return flags
+
+
+def create_argv(
+    t: RunscTarget, name: str, bundle: str, pid_file: str, *, log_file: str | None
+) -> list[str]:
+    return [*_base(t, log_file), "create", "-bundle", bundle, "-pid-file", pid_file, name]
+
+
+def start_argv(t: RunscTarget, name: str, *, log_file: str | None = None) -> list[str]:
+    return [*_base(t, log_file), "start", name]
+
+
+def checkpoint_argv(
+    t: RunscTarget, name: str, image_path: str, *, log_file: str | None = None,
+    flags: Sequence[str] = (),
+) -> list[str]:
+    """`flags`: the checkpoint command's own extras (GPU: --cuda-checkpoint-path=...)."""
+    argv = _base(t, log_file)
+    # Newer runsc refuses to save a sandbox with connected sockets unless told.
+    if t.info.supports("allow-connected-on-save"):
+        argv.append("-allow-connected-on-save")
+    return [*argv, "checkpoint", *flags, "-image-path", image_path, name]
+
+
+def restore_argv(
+    t: RunscTarget, name: str, bundle: str, image_path: str, pid_file: str, *,
+    log_file: str | None,
+) -> list[str]:
+    argv = [*_base(t, log_file), "restore", "-bundle", bundle, "-image-path", image_path,
+            "-pid-file", pid_file]
+    if t.info.supports("restore:background"):
+        argv.append("-background")
+    return [*argv, "-detach", name]
+
+
+def kill_argv(t: RunscTarget, name: str, sig: str) -> list[str]:
+    return [*_base(t, None), "kill", name, sig]
+
+
+def wait_argv(t: RunscTarget, name: str) -> list[str]:
+    return [*_base(t, None), "wait", name]
+
+
+def state_argv(t: RunscTarget, name: str) -> list[str]:
+    return [*_base(t, None), "state", name]
+
+
+def delete_argv(t: RunscTarget, name: str) -> list[str]:
+    return [*_base(t, None), "delete", "-force", name]
+
+
+def list_argv(t: RunscTarget) -> list[str]:
+    return [*_base(t, None), "list", "-quiet"]
+
+
+def events_stats_argv(t: RunscTarget, name: str) -> list[str]:
+    return [*_base(t, None), "events", "--stats", name]
+
+
+def process_alive(pid: int) -> bool:
+    """Whether `pid` exists and is not a zombie (reads /proc/<pid>/stat)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    # The state letter follows the command name's closing parenthesis.
+    return stat[stat.rfind(b")") + 2:][:1] not in (b"Z", b"X", b"")
+
+
+def read_tail(path: str, offset: int, limit: int = LOG_TAIL_BYTES) -> str:
+    """Up to `limit` bytes written to `path` since `offset` (reads a file)."""
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            start = max(offset, size - limit)
+            f.seek(start)
+            data = f.read(limit)
+    except OSError:
+        return ""
+    return data.decode("utf-8", errors="replace")
+
+
+def _size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
+def parse_json_lines(output: str) -> list[dict[str, object]]:
+    """The JSON objects among runsc's output lines (it mixes logs in; pure)."""
+    found = []
+    for line in output.splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                value = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(value, dict):
+                found.append(value)
+    return found
+
+
+def failure_reason(log_text: str, limit: int = 1024) -> str:
+    """runsc's own one-line reason for failing, from its log (pure).
+
+    runsc ends a failed command with a fatal message (a JSON ``msg`` with
+    -log-format json, or a ``FATAL ERROR:`` line on stderr), often followed
+    by a Go stack trace that fills the log's tail; the reason is the part
+    before the trace.
+    """
+    reason = ""
+    for line in log_text.splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                msg = json.loads(line).get("msg", "")
+            except (ValueError, AttributeError):
+                continue
+            if isinstance(msg, str) and msg:
+                reason = msg
+        elif "FATAL ERROR:" in line:
+            reason = line.split("FATAL ERROR:", 1)[1]
+    reason = reason.split("\ngoroutine ", 1)[0].strip()
+    return reason[:limit]
+
+
+class RunscError(AteomError):
+    """A runsc command failed; carries runsc's reason and the tail of its own log."""
+
+    code = ErrorCode.INTERNAL
+
+    def __init__(self, command: str, container: str, returncode: int, tail: str,
+                 reason: str = "", *, timed_out: bool = False) -> None:
+        self.command = command
+        self.container = container
+        self.returncode = returncode
+        self.tail = tail
+        self.timed_out = timed_out
+        self.reason = reason or failure_reason(tail)
+        if timed_out:
+            self.reason = f"killed after its time limit ({self.reason or 'no reason logged'})"
+        why = f": {self.reason}" if self.reason else ""
+        super().__init__(
+            f"runsc {command} {container} failed (exit {returncode}){why}\n"
+            f"its log ends:\n{tail}"
+        )
+
+
+class Runsc:
+    """Runs runsc for one actor: argv from the pure builders, stdio to log files."""
+
+    def __init__(self, target: RunscTarget, reaper: Reaper, log_dir: str, timeout: float,
+                 log_names: dict[str, str] | None = None) -> None:
+        self.target = target
+        self.reaper = reaper
+        self.log_dir = log_dir
+        self.timeout = timeout
+        # runsc id -> the file name stem of its logs (the sandbox root's logs
+        # are named after its bundle, e.g. "_pause", not its uid-carrying id).
+        self.log_names = dict(log_names or {})
+
+    def stdio_log(self, name: str) -> str:
+        """Where runsc and the container's own stdout/stderr go (O_APPEND)."""
+        return os.path.join(self.log_dir, f"{self.log_names.get(name, name)}.log")
+
+    def runsc_log(self, name: str) -> str:
+        """runsc's -log for commands on container `name`."""
+        return os.path.join(self.log_dir, f"{self.log_names.get(name, name)}.runsc.log")
+
+    def _run(self, command: str, name: str, argv: Sequence[str], *, check: bool,
+             timeout: float | None = None,
+             meanwhile: Callable[[], None] | None = None) -> Completed:
+        self._ensure_log_dir()
+        stdio = self.stdio_log(name)
+        own_log = self.runsc_log(name)
+        offsets = (_size(stdio), _size(own_log))
+        done = self.reaper.run(argv, log_path=stdio, timeout=timeout or self.timeout,
+                               meanwhile=meanwhile)
+        log.debug("runsc", command=command, container=name, returncode=done.returncode)
+        if check and done.returncode != 0:
+            # The command's own -log holds its error; stderr (alsologtostderr)
+            # in the stdio log is the fallback for commands without -log.
+            tail = read_tail(own_log, offsets[1]) or read_tail(stdio, offsets[0])
+            reason = (failure_reason(read_tail(own_log, offsets[1], 1 << 20))
+                      or failure_reason(read_tail(stdio, offsets[0], 1 << 20)))
+            raise RunscError(command, name, done.returncode, tail, reason,
+                             timed_out=done.timed_out)
+        return done
+
+    def _ensure_log_dir(self) -> None:
+        # An operator freeing space (or the log janitor) may have removed it
+        # while the actor lived; a teardown must still be able to run runsc.
+        os.makedirs(self.log_dir, mode=0o750, exist_ok=True)
+
+    def _capture(self, argv: Sequence[str]) -> Completed:
+        """stdout only: runsc's logs (stderr) go to the actor's runsc command log."""
+        self._ensure_log_dir()
+        return self.reaper.run_capture(argv, timeout=self.timeout,
+                                       stderr_path=os.path.join(self.log_dir, "runsc.log"))
+
+    def create(self, name: str, bundle: str, pid_file: str, *,
+               meanwhile: Callable[[], None] | None = None) -> None:
+        argv = create_argv(self.target, name, bundle, pid_file, log_file=self.runsc_log(name))
+        self._run("create", name, argv, check=True, meanwhile=meanwhile)
+
+    def start(self, name: str) -> None:
+        self._run("start", name, start_argv(self.target, name, log_file=self.runsc_log(name)),
+                  check=True)
+
+    def checkpoint(self, name: str, image_path: str, *, flags: Sequence[str] = (),
+                   timeout: float | None = None) -> None:
+        argv = checkpoint_argv(self.target, name, image_path, log_file=self.runsc_log(name),
+                               flags=flags)
+        self._run("checkpoint", name, argv, check=True, timeout=timeout)
+
+    def restore(self, name: str, bundle: str, image_path: str, pid_file: str, *,
+                meanwhile: Callable[[], None] | None = None) -> None:
+        argv = restore_argv(self.target, name, bundle, image_path, pid_file,
+                            log_file=self.runsc_log(name))
+        self._run("restore", name, argv, check=True, meanwhile=meanwhile)
+
+    def kill(self, name: str, sig: str) -> bool:
+        done = self._run("kill", name, kill_argv(self.target, name, sig), check=False)
+        return done.returncode == 0
+
+    def delete(self, name: str) -> bool:
+        done = self._run("delete", name, delete_argv(self.target, name), check=False)
+        return done.returncode == 0
+
+    def list(self) -> list[str] | None:
+        """Container ids runsc knows under this actor's root ([] when the root is gone).
+
+        None when runsc could not say: callers must then assume every container exists.
+        """
+        if not os.path.isdir(self.target.root):
+            return []
+        done = self._capture(list_argv(self.target))
+        if done.returncode != 0:
+            log.warning("runsc_list_failed", root=self.target.root, returncode=done.returncode)
+            return None
+        return [line.strip() for line in done.output.splitlines()
+                if line.strip() and not line.lstrip().startswith("{")]
+
+    def state(self, name: str) -> dict[str, object]:
+        """``runsc state`` of the container as JSON ({} when runsc could not say)."""
+        done = self._capture(state_argv(self.target, name))
+        if done.returncode != 0:
+            return {}
+        start = done.output.find("{\n")
+        if start < 0:
+            start = done.output.find("{")
+        try:
+            state = json.loads(done.output[start:]) if start >= 0 else {}
+        except ValueError:
+            found = [obj for obj in parse_json_lines(done.output) if "status" in obj]
+            return found[0] if found else {}
+        return state if isinstance(state, dict) else {}
+
+    def status(self, name: str) -> str:
+        """The container's status ("created", "running", "stopped"), or "" if unknown."""
+        return str(self.state(name).get("status", ""))
+
+    def running(self, name: str) -> bool:
+        """Whether the container's sandbox really runs: runsc says "running" and the
+        pid it names is alive. runsc's word alone is not enough: after a save (and
+        a failed one that killed the sentry, as 0.0~20240729's does) ``runsc
+        state`` still says "running", with a dead pid (reads /proc)."""
+        state = self.state(name)
+        pid = state.get("pid")
+        return (state.get("status") == "running" and isinstance(pid, int) and pid > 0
+                and process_alive(pid))
+
+    def stats(self, name: str) -> dict[str, object]:
+        done = self._capture(events_stats_argv(self.target, name))
+        if done.returncode != 0:
+            tail = read_tail(os.path.join(self.log_dir, "runsc.log"), 0)
+            raise RunscError("events --stats", name, done.returncode, tail)
+        for obj in parse_json_lines(done.output):
+            if obj.get("type") == "stats":
+                data = obj.get("data")
+                return data if isinstance(data, dict) else {}
+        raise RunscError("events --stats", name, 0, "no stats object in output")

@@ -1,18 +1,23 @@
-"""The node's GPU settings: one definition of where the driver, the toolkit, the
-CDI specs and the Pod's GPU device nodes are, shared by every part of ateom.
+"""The node's settings, each defined once and shared by every part of ateom.
 
-`ateom serve` (flags with these environment twins), `ateom doctor`,
-`ateom inject` and `ateom cdi` all read the same names with the same
-defaults, so each inspects exactly what the daemon uses. The value is passed
-around typed (`NodeSettings`); nothing writes it back into an environment
-dict to be parsed again.
+`NodeSettings`: where the driver, the toolkit, the CDI specs and the Pod's
+GPU device nodes are. `GpuSettings`: how this worker runs GPU actors —
+cuda-checkpoint, the nvproxy options, the placement policy, where the
+kernel module's GPU facts are read. `ateom serve` (flags with these
+environment twins), `ateom doctor`, `ateom checkpoint-info`, `ateom inject`
+and `ateom cdi` all read the same names with the same defaults, so each
+inspects exactly what the daemon uses. The values are passed around typed;
+nothing writes them back into an environment dict to be parsed again.
 """
 
 from __future__ import annotations
 
+import enum
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from ateom.errors import AteomError, ErrorCode
 
 DEFAULT_DRIVER_ROOT = "/usr/local/nvidia"
 DEFAULT_TOOLKIT_DIR = "/opt/nvidia-toolkit"
@@ -23,6 +28,17 @@ DRIVER_ROOT_ENV = "ATEOM_NVIDIA_DRIVER_ROOT"
 TOOLKIT_DIR_ENV = "ATEOM_NVIDIA_TOOLKIT_DIR"
 SPEC_DIRS_ENV = "ATEOM_CDI_SPEC_DIRS"  # colon-separated, like PATH
 GPU_GLOB_ENV = "ATEOM_GPU_GLOB"
+
+DEFAULT_PROC_ROOT = "/proc"
+DEFAULT_CUDA_CHECKPOINT_TIMEOUT = 300.0
+DEFAULT_GPU_PLACEMENT = "shared"
+
+CUDA_CHECKPOINT_ENV = "ATEOM_CUDA_CHECKPOINT"
+CUDA_CHECKPOINT_TIMEOUT_ENV = "ATEOM_CUDA_CHECKPOINT_TIMEOUT"
+NVPROXY_DRIVER_VERSION_ENV = "ATEOM_NVPROXY_DRIVER_VERSION"
+NVPROXY_CAPABILITIES_ENV = "ATEOM_NVPROXY_CAPABILITIES"
+GPU_PLACEMENT_ENV = "ATEOM_GPU_PLACEMENT"
+PROC_ROOT_ENV = "ATEOM_PROC_ROOT"
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,3 +87,115 @@ class NodeSettings:
 def split_spec_dirs(value: str) -> tuple[str, ...]:
     """``/etc/cdi:/var/run/cdi`` -> the dirs, empty entries dropped (pure)."""
     return tuple(d for d in value.split(":") if d)
+
+
+@dataclass(frozen=True, slots=True)
+class NvproxyOptions:
+    """What runsc's nvproxy is told: the driver ABI to speak
+    (``--nvproxy-driver-version``, "" for the host's) and the driver
+    capabilities containers may use (``--nvproxy-allowed-driver-capabilities``)."""
+
+    driver_version: str = ""
+    capabilities: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSettings:
+    """How this worker runs GPU actors.
+
+    cuda_checkpoint: NVIDIA's cuda-checkpoint as the operator named it; ""
+        to look for it in the driver root's bin/, the toolkit dir, then $PATH.
+    cuda_checkpoint_timeout: seconds a GPU actor's checkpoint may take.
+    nvproxy: passed to every runsc call of a GPU sandbox.
+    placement: ``--gpu-placement`` as given (`placement_settings` parses it:
+        the daemon refuses a bad one at start, the doctor reports it).
+    proc_root: where the NVIDIA kernel module's GPU facts are read
+        (``<root>/driver/nvidia/...``); a fixture tree in tests.
+    """
+
+    cuda_checkpoint: str = ""
+    cuda_checkpoint_timeout: float = DEFAULT_CUDA_CHECKPOINT_TIMEOUT
+    nvproxy: NvproxyOptions = field(default_factory=NvproxyOptions)
+    placement: str = DEFAULT_GPU_PLACEMENT
+    proc_root: str = DEFAULT_PROC_ROOT
+
+    @property
+    def placement_settings(self) -> PlacementSettings:
+        """The parsed policy (AteomError INVALID_ARGUMENT naming --gpu-placement)."""
+        return parse_placement(self.placement)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] = os.environ) -> GpuSettings:
+        """The settings the ``ATEOM_*`` variables name, defaults for the rest (pure).
+        A timeout that is not a number is INVALID_ARGUMENT, as `ateom serve` refuses it."""
+        raw_timeout = environ.get(CUDA_CHECKPOINT_TIMEOUT_ENV) or ""
+        try:
+            timeout = float(raw_timeout) if raw_timeout else DEFAULT_CUDA_CHECKPOINT_TIMEOUT
+        except ValueError:
+            raise AteomError(f"${CUDA_CHECKPOINT_TIMEOUT_ENV}={raw_timeout!r}: not a number",
+                             code=ErrorCode.INVALID_ARGUMENT) from None
+        return cls(
+            cuda_checkpoint=environ.get(CUDA_CHECKPOINT_ENV) or "",
+            cuda_checkpoint_timeout=timeout,
+            nvproxy=NvproxyOptions(environ.get(NVPROXY_DRIVER_VERSION_ENV) or "",
+                                   environ.get(NVPROXY_CAPABILITIES_ENV) or ""),
+            placement=environ.get(GPU_PLACEMENT_ENV) or DEFAULT_GPU_PLACEMENT,
+            proc_root=environ.get(PROC_ROOT_ENV) or DEFAULT_PROC_ROOT,
+        )
+
+
+class PlacementPolicy(enum.Enum):
+    EXCLUSIVE = "exclusive"
+    SHARED = "shared"
+
+
+def _invalid(message: str) -> AteomError:
+    return AteomError(message, code=ErrorCode.INVALID_ARGUMENT)
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementSettings:
+    """The policy and, for shared, the most actors per GPU (0: no cap)."""
+
+    policy: PlacementPolicy = PlacementPolicy.SHARED
+    cap: int = 0
+
+    def __post_init__(self) -> None:
+        if self.cap < 0 or (self.policy is PlacementPolicy.EXCLUSIVE and self.cap):
+            raise _invalid(f"gpu placement {self.policy.value} with cap {self.cap}: a cap is"
+                           " a whole number >= 1 and only for shared")
+
+    @property
+    def per_gpu_limit(self) -> int | None:
+        """Most holders of one GPU; None when unlimited."""
+        if self.policy is PlacementPolicy.EXCLUSIVE:
+            return 1
+        return self.cap or None
+
+    def __str__(self) -> str:
+        """The flag's spelling, which GetStatus shows too."""
+        return f"{self.policy.value}:{self.cap}" if self.cap else self.policy.value
+
+
+DEFAULT_PLACEMENT = PlacementSettings()  # what DEFAULT_GPU_PLACEMENT parses to
+
+
+def parse_placement(value: str, *, field: str = "--gpu-placement") -> PlacementSettings:
+    """``exclusive``, ``shared`` or ``shared:N`` (N >= 1 actors per GPU).
+
+    One value rather than a second cap flag: the cap means nothing without
+    shared, and one string reads back unchanged in GetStatus.
+    """
+    policy_text, sep, cap_text = value.strip().partition(":")
+    try:
+        policy = PlacementPolicy(policy_text.lower())
+    except ValueError:
+        raise _invalid(f"{field} {value!r}: must be exclusive, shared or shared:N") from None
+    if not sep:
+        return PlacementSettings(policy)
+    if policy is PlacementPolicy.EXCLUSIVE:
+        raise _invalid(f"{field} {value!r}: exclusive takes no cap (one actor per GPU)")
+    if not (cap_text.isascii() and cap_text.isdigit()) or int(cap_text) < 1:
+        raise _invalid(f"{field} {value!r}: the cap after 'shared:' must be a whole number"
+                       " >= 1 (actors per GPU)")
+    return PlacementSettings(policy, int(cap_text))

@@ -39,7 +39,6 @@ from ateom.daemon.calls.requests import (
     ContainerRequest,
     RunRequest,
 )
-from ateom.daemon.lifecycle.config import DaemonConfig
 from ateom.daemon.lifecycle.service import AteomService
 from ateom.process.reaper import Reaper
 from tests.support import (
@@ -50,6 +49,7 @@ from tests.support import (
     sim_gpus,
     write_sim_gpu_spec,
 )
+from tests.support.configs import daemon_config
 from tests.support.gpu_node import SimGpu, write_gpu_node, write_sim_fixture
 
 DRIVER = "580.65.06"
@@ -80,7 +80,7 @@ def world(base: Path, release: str) -> tuple[AteomService, TimedReaper]:
     stub = install_cuda_checkpoint_stub(base / "tool", record_dir="/cuda-stub")
     reaper = TimedReaper()
     reaper.start(reap_all=False)
-    config = DaemonConfig(
+    config = daemon_config(
         actors_root=str(base / "actors"), runsc=str(emu.path), run_dir=str(base / "run"),
         spec_dirs=(str(base / "cdi"),), gpu_glob=node.gpu_glob, proc_root=node.proc_root,
         cuda_checkpoint=str(stub.host_dir / "cuda-checkpoint"), kill_grace=0.2,

@@ -25,13 +25,8 @@ import sys
 import time
 from collections.abc import Callable
 
-from ateom.gpuinfo.placement import (
-    GpuPlacer,
-    GpuRequest,
-    PlacementRefused,
-    PodGpu,
-    parse_placement,
-)
+from ateom.gpuinfo.placement import GpuPlacer, GpuRequest, PlacementRefused, PodGpu
+from ateom.settings import parse_placement
 
 GPUS = 64
 

@@ -20,14 +20,15 @@ from collections.abc import Mapping
 
 from ateom.doctor.checks import CHECK_NAMES, CheckResult, Report, Status, judge
 from ateom.doctor.config import DoctorConfig, config_from_env
-from ateom.doctor.gather import CommandRunner, gather, subprocess_runner
+from ateom.doctor.gather import gather
 from ateom.doctor.report import render_json, render_text, report_to_dict
+from ateom.process.runner import Runner, subprocess_runner
 
 
 def run_doctor(
     config: DoctorConfig,
     environ: Mapping[str, str] = os.environ,
-    run: CommandRunner | None = None,
+    run: Runner | None = None,
 ) -> Report:
     """Gather facts about this machine (stats, ELF, runsc, nvidia-ctk) and judge them.
 

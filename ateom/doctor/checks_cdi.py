@@ -13,7 +13,7 @@ from ateom.doctor.verdict import CheckResult, Status, passed, skipped
 def check_cdi_spec(f: Facts) -> CheckResult:
     name = "cdi-spec"
     spec = f.spec
-    dirs = ":".join(f.config.spec_dirs)
+    dirs = ":".join(f.config.node.spec_dirs)
     if not spec.files:
         kind = f.config.devices[0].partition("=")[0] if f.config.devices else "nvidia.com/gpu"
         # An invalid file is most likely the kind's own spec, which then

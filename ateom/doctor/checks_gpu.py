@@ -22,8 +22,8 @@ from ateom.errors import AteomError
 from ateom.gpuinfo.compat import REMAP_RUNSC, runsc_remaps_gpus
 from ateom.gpuinfo.cuda_checkpoint import CONFIG_FLAG, judge_binary, judge_driver
 from ateom.gpuinfo.inventory import GpuFacts
-from ateom.gpuinfo.placement import PlacementPolicy, PlacementSettings, parse_placement
 from ateom.gpuinfo.record import RunscBuild
+from ateom.settings import PlacementPolicy, PlacementSettings, parse_placement
 
 CUDA_CHECKPOINT_RUNSC = "release-20260608.0"  # runsc checkpoint --cuda-checkpoint-path
 SEQUENTIAL_RUNSC = "release-20260615.0"  # runsc checkpoint --cuda-checkpoint-sequential
@@ -55,12 +55,12 @@ def check_gpu_inventory(f: Facts) -> CheckResult:
     listing = tuple(_gpu_line(g) for g in w.gpus)
     trouble = (*(c.describe() for c in w.conflicts), *w.problems)
     if trouble or not w.gpus:
-        nvidia_smi = f.config.nvidia_smi or os.path.join(f.config.driver_bin_dir, "nvidia-smi")
+        nvidia_smi = f.config.nvidia_smi or os.path.join(f.config.node.driver_bin_dir, "nvidia-smi")
         return CheckResult(
             name, Status.WARN,
             f"{summary}; {len(trouble)} problem(s): GPU checkpoints cannot record or check "
             f"what is unknown",
-            fix=f"the facts come from {f.config.proc_root}/driver/nvidia and {nvidia_smi}: "
+            fix=f"the facts come from {f.config.gpu.proc_root}/driver/nvidia and {nvidia_smi}: "
             "make nvidia-smi runnable in the worker (from the same driver as the kernel "
             "module, mounted by the device plugin) and check the Pod was given the GPUs "
             "the driver lists",
@@ -71,7 +71,7 @@ def check_gpu_inventory(f: Facts) -> CheckResult:
 
 def _placement(f: Facts) -> PlacementSettings | CheckResult:
     try:
-        return parse_placement(f.config.gpu_placement)
+        return parse_placement(f.config.gpu.placement)
     except AteomError as exc:
         return CheckResult(
             "gpu-placement", Status.FAIL, f"{exc}: ateom serve refuses to start with it",

@@ -17,7 +17,7 @@ _INDEX = re.compile(r"(\d+)$")
 
 def check_gpu_nodes(f: Facts) -> CheckResult:
     name = "gpu-nodes"
-    glob = f.config.gpu_glob
+    glob = f.config.node.gpu_glob
     if not f.gpu_nodes:
         return CheckResult(
             name,
@@ -87,7 +87,7 @@ def check_driver_root(f: Facts) -> CheckResult:
 
 def check_toolkit(f: Facts) -> CheckResult:
     name = "toolkit"
-    tk = f.config.toolkit_dir
+    tk = f.config.node.toolkit_dir
     fix = (
         f"mount the host's NVIDIA container toolkit read-only at {tk} (hostPath of the GPU "
         "operator's /usr/local/nvidia/toolkit), or set ATEOM_NVIDIA_TOOLKIT_DIR"

@@ -66,7 +66,7 @@ def check_runsc_driver(f: Facts) -> CheckResult:
             fix="check the driver is loaded on the node and its libraries are in the driver root",
         )
     known = f"runsc {r.version} knows drivers {r.supported_drivers[0]} to {r.supported_drivers[-1]}"
-    pinned = f.config.nvproxy_driver_version
+    pinned = f.config.gpu.nvproxy.driver_version
     if pinned and pinned not in r.supported_drivers:
         # A boot FATAL in the sentry, which the CLI shows only as "EOF"; ateom
         # refuses GPU actors up front for it.

@@ -8,7 +8,7 @@ import sys
 from dataclasses import replace
 from typing import Any
 
-from ateom.doctor.config import config_from_env
+from ateom.doctor.config import DoctorConfig, config_from_env
 
 _DEFAULT_SOCKET = "/run/ateom/ateom.sock"
 
@@ -59,7 +59,8 @@ def register(subparsers: Any) -> None:
         help="kernel module version file [<proc root>/driver/nvidia/version]",
     )
     doctor.add_argument(
-        "--proc-root", help="where the NVIDIA module's /proc files are read [/proc]"
+        "--proc-root",
+        help="where the NVIDIA module's /proc files are read [$ATEOM_PROC_ROOT; /proc]"
     )
     doctor.add_argument(
         "--nvidia-smi", help="nvidia-smi to query [<driver root>/bin/nvidia-smi, else $PATH]"
@@ -95,23 +96,35 @@ def run_doctor_command(args: argparse.Namespace) -> int:
     from ateom.doctor.report import render_json, render_text
 
     _quiet_library_logs()
-    config = config_from_env(os.environ)
-    overrides: dict[str, Any] = {}
-    for attr in ("gpu_glob", "driver_root", "toolkit_dir", "runsc", "nvproxy_driver_version",
-                 "nvproxy_capabilities", "proc_driver_version", "proc_root", "nvidia_smi",
-                 "cuda_checkpoint", "gpu_placement", "max_actors"):
-        value = getattr(args, attr)
-        if value is not None:
-            overrides[attr] = value
+    report = run_doctor(config_from_args(args, config_from_env(os.environ)))
+    sys.stdout.write(render_json(report) if args.json else render_text(report))
+    return 0 if report.ok else 1
+
+
+def _given(args: argparse.Namespace, **flags: str) -> dict[str, Any]:
+    """{field: value} of the flags given (`field=flag attr`), the rest left alone."""
+    return {f: getattr(args, a) for f, a in flags.items() if getattr(args, a) is not None}
+
+
+def config_from_args(args: argparse.Namespace, config: DoctorConfig) -> DoctorConfig:
+    """`config` (from the environment twins) with the flags given on top (pure)."""
+    node = _given(args, gpu_glob="gpu_glob", driver_root="driver_root",
+                  toolkit_dir="toolkit_dir")
     if args.spec_dir:
-        overrides["spec_dirs"] = tuple(args.spec_dir)
+        node["spec_dirs"] = tuple(args.spec_dir)
+    nvproxy = _given(args, driver_version="nvproxy_driver_version",
+                     capabilities="nvproxy_capabilities")
+    gpu = _given(args, proc_root="proc_root", cuda_checkpoint="cuda_checkpoint",
+                 placement="gpu_placement")
+    overrides = _given(args, runsc="runsc", proc_driver_version="proc_driver_version",
+                       nvidia_smi="nvidia_smi", max_actors="max_actors")
+    overrides["node"] = replace(config.node, **node)
+    overrides["gpu"] = replace(config.gpu, **gpu, nvproxy=replace(config.gpu.nvproxy, **nvproxy))
     if args.control_node:
         overrides["control_nodes"] = tuple(args.control_node)
     if args.device:
         overrides["devices"] = tuple(args.device)
-    report = run_doctor(replace(config, **overrides))
-    sys.stdout.write(render_json(report) if args.json else render_text(report))
-    return 0 if report.ok else 1
+    return replace(config, **overrides)
 
 
 def _quiet_library_logs() -> None:

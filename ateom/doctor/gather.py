@@ -20,22 +20,19 @@ from ateom.doctor.facts import Facts, RunscFact
 from ateom.doctor.gather_cdi import gather_cdi
 from ateom.doctor.gather_node import dir_fact, host_driver_version, natural, stat_node, tool_fact
 from ateom.doctor.gather_userns import gather_userns
-from ateom.doctor.runner import (
-    NOT_RUN,
-    TIMED_OUT,
-    CommandRunner,
-    give_up_after_a_timeout,
-    reaper_runner,
-    subprocess_runner,
-)
 from ateom.errors import AteomError
 from ateom.gpuinfo.cuda_checkpoint import CudaCheckpointFacts, probe
 from ateom.gpuinfo.gather import find_nvidia_smi, gather_worker_gpus
 from ateom.gpuinfo.inventory import WorkerGpus
+from ateom.process.runner import (
+    Runner,
+    give_up_after_a_timeout,
+    subprocess_runner,
+)
 from ateom.runsc.probe import probe_runsc
 
 
-def gather_runsc(config: DoctorConfig, run: CommandRunner = subprocess_runner) -> RunscFact:
+def gather_runsc(config: DoctorConfig, run: Runner = subprocess_runner) -> RunscFact:
     """Probe runsc with the daemon's prober (runs the binary)."""
     path = config.runsc
     run = give_up_after_a_timeout(run, config.probe_timeout)
@@ -44,9 +41,9 @@ def gather_runsc(config: DoctorConfig, run: CommandRunner = subprocess_runner) -
     except AteomError as exc:
         return RunscFact(path, found=False, error=str(exc))
     wanted = []
-    if config.nvproxy_driver_version:
+    if config.gpu.nvproxy.driver_version:
         wanted.append("nvproxy-driver-version")
-    if config.nvproxy_capabilities:
+    if config.gpu.nvproxy.capabilities:
         wanted.append("nvproxy-allowed-driver-capabilities")
     flags = tuple((f"--{flag}", info.supports(flag)) for flag in wanted)
     # The daemon's probe lists them (`nvproxy list-supported-drivers`, oldest first).
@@ -64,41 +61,42 @@ def gather_runsc(config: DoctorConfig, run: CommandRunner = subprocess_runner) -
 
 
 def gather_gpus(config: DoctorConfig, environ: Mapping[str, str],
-                run: CommandRunner) -> WorkerGpus:
+                run: Runner) -> WorkerGpus:
     """The Pod's GPUs as the daemon gathers them (reads /proc, runs nvidia-smi once)."""
-    smi = config.nvidia_smi or find_nvidia_smi(config.driver_root, environ.get("PATH", ""))
-    return gather_worker_gpus(proc_root=config.proc_root, gpu_glob=config.gpu_glob,
+    smi = config.nvidia_smi or find_nvidia_smi(config.node.driver_root, environ.get("PATH", ""))
+    return gather_worker_gpus(proc_root=config.gpu.proc_root, gpu_glob=config.node.gpu_glob,
                               nvidia_smi=smi, runner=run, smi_timeout=config.probe_timeout)
 
 
 def gather_cuda_checkpoint(config: DoctorConfig, environ: Mapping[str, str],
-                           run: CommandRunner) -> CudaCheckpointFacts:
+                           run: Runner) -> CudaCheckpointFacts:
     """cuda-checkpoint where the daemon would take it from (stats, runs its --help)."""
-    return probe(config.cuda_checkpoint, driver_root=config.driver_root,
-                 toolkit_dir=config.toolkit_dir, path_env=environ.get("PATH", ""),
+    return probe(config.gpu.cuda_checkpoint, driver_root=config.node.driver_root,
+                 toolkit_dir=config.node.toolkit_dir, path_env=environ.get("PATH", ""),
                  runner=run, timeout=config.probe_timeout)
 
 
 def gather(
     config: DoctorConfig,
     environ: Mapping[str, str] = os.environ,
-    run: CommandRunner = subprocess_runner,
+    run: Runner = subprocess_runner,
 ) -> Facts:
     """Look at the machine as `config` describes it (globs, stats, ELF, runsc, plans).
 
     Commands (runsc, nvidia-ctk, nvidia-smi, cuda-checkpoint) go through `run`.
     """
-    gpu_paths = sorted(glob.glob(config.gpu_glob), key=natural)
+    gpu_paths = sorted(glob.glob(config.node.gpu_glob), key=natural)
     spec, nodes, libraries, injection = gather_cdi(config, environ, run)
     return Facts(
         config=config,
         gpu_nodes=tuple(stat_node(p) for p in gpu_paths),
         control_nodes=tuple(stat_node(p) for p in config.control_node_paths),
-        driver_root=dir_fact(config.driver_root),
-        driver_lib_dir=dir_fact(config.driver_lib_dir),
-        driver_bin_dir=dir_fact(config.driver_bin_dir),
-        toolkit_dir=dir_fact(config.toolkit_dir),
-        tools=tuple(tool_fact(config.toolkit_dir, n) for n in ("nvidia-cdi-hook", "nvidia-ctk")),
+        driver_root=dir_fact(config.node.driver_root),
+        driver_lib_dir=dir_fact(config.node.driver_lib_dir),
+        driver_bin_dir=dir_fact(config.node.driver_bin_dir),
+        toolkit_dir=dir_fact(config.node.toolkit_dir),
+        tools=tuple(tool_fact(config.node.toolkit_dir, n)
+                    for n in ("nvidia-cdi-hook", "nvidia-ctk")),
         spec=spec,
         spec_nodes=nodes,
         libraries=libraries,
@@ -112,5 +110,3 @@ def gather(
 
 
 # Where callers found these before the shell was split along its nouns.
-__all__ = ["NOT_RUN", "TIMED_OUT", "CommandRunner", "gather", "gather_cuda_checkpoint",
-           "gather_gpus", "gather_runsc", "reaper_runner", "subprocess_runner"]

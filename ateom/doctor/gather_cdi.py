@@ -21,13 +21,13 @@ from ateom.cdi.registry import Registry
 from ateom.doctor.config import DoctorConfig
 from ateom.doctor.facts import InjectionFact, LibraryFact, MpsFact, SpecFact, SpecNodeFact
 from ateom.doctor.gather_node import stat_node
-from ateom.doctor.runner import CommandRunner
 from ateom.errors import AteomError, ResolutionError
 from ateom.gpuinfo.mps import MpsFinding, MpsVerdict, mps_in_resolution
 from ateom.gpuinfo.nvidia_ctk import find_nvidia_ctk, nvidia_ctk_argv, nvidia_ctk_path_env
 from ateom.inject.injector import plan_injection
 from ateom.inject.options import gvisor_nvidia_options
 from ateom.inject.soname import file_kind, read_soname
+from ateom.process.runner import Runner
 
 
 def _kind_of(config: DoctorConfig) -> str:
@@ -35,19 +35,20 @@ def _kind_of(config: DoctorConfig) -> str:
 
 
 def generate_spec(
-    config: DoctorConfig, out_dir: str, environ: Mapping[str, str], run: CommandRunner
+    config: DoctorConfig, out_dir: str, environ: Mapping[str, str], run: Runner
 ) -> tuple[str, str]:
     """Run nvidia-ctk cdi generate as the daemon would, into `out_dir`.
 
     Returns (tool used, error); error is "" on success.
     """
     daemon_path = environ.get("PATH", os.defpath)
-    path_env = nvidia_ctk_path_env(config.toolkit_dir, config.driver_root, daemon_path)
-    tool = find_nvidia_ctk(config.toolkit_dir, config.driver_root, daemon_path)
+    path_env = nvidia_ctk_path_env(config.node.toolkit_dir, config.node.driver_root, daemon_path)
+    tool = find_nvidia_ctk(config.node.toolkit_dir, config.node.driver_root, daemon_path)
     if tool is None:
-        return "", f"no nvidia-ctk in {config.toolkit_dir}, {config.driver_bin_dir} or $PATH"
+        return "", (f"no nvidia-ctk in {config.node.toolkit_dir},"
+                    f" {config.node.driver_bin_dir} or $PATH")
     output = os.path.join(out_dir, "nvidia.json")
-    argv = nvidia_ctk_argv(tool, config.driver_root, output)
+    argv = nvidia_ctk_argv(tool, config.node.driver_root, output)
     code, out = run(argv, env={**environ, "PATH": path_env}, timeout=config.generate_timeout)
     if code != 0:
         return tool, f"{' '.join(argv)} exited {code}: {out[-1000:].strip()}"
@@ -57,11 +58,11 @@ def generate_spec(
 
 
 def gather_spec(
-    config: DoctorConfig, scratch: str, environ: Mapping[str, str], run: CommandRunner
+    config: DoctorConfig, scratch: str, environ: Mapping[str, str], run: Runner
 ) -> SpecFact:
     """Load the spec dirs; generate a spec into `scratch` when the kind has none."""
     kind = _kind_of(config)
-    registry = Registry.load(config.spec_dirs)
+    registry = Registry.load(config.node.spec_dirs)
     generated_by = generate_error = ""
     if not registry.has_kind(kind):
         gen_dir = os.path.join(scratch, "generated-cdi")
@@ -69,7 +70,7 @@ def gather_spec(
         tool, generate_error = generate_spec(config, gen_dir, environ, run)
         if not generate_error:
             generated_by = tool
-            registry = Registry.load((*config.spec_dirs, gen_dir))
+            registry = Registry.load((*config.node.spec_dirs, gen_dir))
     files = tuple(
         s.path for s in registry.sources if s.loaded is not None and s.loaded.spec.kind == kind
     )
@@ -203,7 +204,7 @@ def dry_run_injection(config: DoctorConfig, resolution: Resolution,
 
 
 def gather_cdi(
-    config: DoctorConfig, environ: Mapping[str, str], run: CommandRunner
+    config: DoctorConfig, environ: Mapping[str, str], run: Runner
 ) -> tuple[SpecFact, tuple[SpecNodeFact, ...], tuple[LibraryFact, ...], InjectionFact | None]:
     """The spec, what its resolution names on this host, and a dry-run injection of it
     (reads spec files, stats, reads ELF, maybe runs nvidia-ctk; a scratch dir is

@@ -74,7 +74,7 @@ def host_driver_version(config: DoctorConfig) -> str:
             return m.group(1)
     except OSError:
         pass
-    for lib in sorted(glob.glob(os.path.join(config.driver_lib_dir, "libcuda.so.*"))):
+    for lib in sorted(glob.glob(os.path.join(config.node.driver_lib_dir, "libcuda.so.*"))):
         suffix = os.path.basename(lib)[len("libcuda.so.") :]
         if _DRIVER_VERSION.match(suffix):
             return suffix

@@ -34,7 +34,7 @@ from ateom.gpuinfo.record import (
 )
 from ateom.process.runner import Runner, subprocess_runner
 from ateom.runsc.probe import probe_runsc
-from ateom.settings import NodeSettings
+from ateom.settings import GpuSettings, NodeSettings
 
 NO_RECORD = (f"no {RECORD_FILE}: a CPU-only checkpoint, or one taken before ateom wrote "
              "compatibility records; it restores as before, with nothing to check")
@@ -54,8 +54,9 @@ def register(subparsers: Any) -> None:
     info.add_argument("--json", action="store_true", help="print JSON")
     info.add_argument("--here", action="store_true",
                       help="check whether this worker could restore it (its GPUs taken as free)")
-    info.add_argument("--proc-root", default="/proc",
-                      help="where the NVIDIA module's /proc files are read [/proc]")
+    info.add_argument("--proc-root",
+                      help="where the NVIDIA module's /proc files are read"
+                      " [$ATEOM_PROC_ROOT; /proc]")
     info.set_defaults(func=run_checkpoint_info)
 
 
@@ -86,23 +87,23 @@ def load_record(directory: str) -> ParsedRecord | None:
     return read_record(directory, beneath=os.path.abspath(directory))
 
 
-def gather_here(environ: Mapping[str, str], *, proc_root: str = "/proc",
+def gather_here(environ: Mapping[str, str], *, proc_root: str | None = None,
                 runner: Runner = subprocess_runner) -> HereFacts:
     """This worker's GPUs and runsc, as the daemon's settings name them (reads /proc,
-    runs nvidia-smi and runsc)."""
+    runs nvidia-smi and runsc). `proc_root` (the flag) wins over ``$ATEOM_PROC_ROOT``."""
     node = NodeSettings.from_env(environ)
+    gpu = GpuSettings.from_env(environ)
     smi = find_nvidia_smi(node.driver_root, environ.get("PATH", ""))
-    worker = gather_worker_gpus(proc_root=proc_root, gpu_glob=node.gpu_glob, nvidia_smi=smi,
-                                runner=runner)
+    worker = gather_worker_gpus(proc_root=proc_root or gpu.proc_root, gpu_glob=node.gpu_glob,
+                                nvidia_smi=smi, runner=runner)
     path = environ.get("ATEOM_RUNSC") or "runsc"
     try:
         info = probe_runsc(path)
     except AteomError as exc:
-        return HereFacts(worker, path, None, str(exc), None,
-                         environ.get("ATEOM_NVPROXY_CAPABILITIES", ""))
+        return HereFacts(worker, path, None, str(exc), None, gpu.nvproxy.capabilities)
     build = parse_runsc_version(f"runsc version {info.version}")
     return HereFacts(worker, info.path, build, "", runsc_remaps_gpus(build),
-                     environ.get("ATEOM_NVPROXY_CAPABILITIES", ""))
+                     gpu.nvproxy.capabilities)
 
 
 def judge_here(parsed: ParsedRecord, here: HereFacts) -> RestoreVerdict:

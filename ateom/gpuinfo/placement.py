@@ -47,67 +47,15 @@ from types import MappingProxyType
 from typing import Any, NoReturn
 
 from ateom.errors import AteomError, ErrorCode
+from ateom.settings import DEFAULT_PLACEMENT, PlacementPolicy, PlacementSettings
 
 ALL_GPUS = -1  # GpuRequest.count: every GPU of the Pod (what actors got before placement)
 _MAX_ENTRIES = 8  # GPU runs named in one refusal; the rest are counted
 _MAX_HOLDERS = 3  # actor uids named per GPU run
 
 
-class PlacementPolicy(enum.Enum):
-    EXCLUSIVE = "exclusive"
-    SHARED = "shared"
-
-
 def _invalid(message: str) -> AteomError:
     return AteomError(message, code=ErrorCode.INVALID_ARGUMENT)
-
-
-@dataclass(frozen=True, slots=True)
-class PlacementSettings:
-    """The policy and, for shared, the most actors per GPU (0: no cap)."""
-
-    policy: PlacementPolicy = PlacementPolicy.SHARED
-    cap: int = 0
-
-    def __post_init__(self) -> None:
-        if self.cap < 0 or (self.policy is PlacementPolicy.EXCLUSIVE and self.cap):
-            raise _invalid(f"gpu placement {self.policy.value} with cap {self.cap}: a cap is"
-                           " a whole number >= 1 and only for shared")
-
-    @property
-    def per_gpu_limit(self) -> int | None:
-        """Most holders of one GPU; None when unlimited."""
-        if self.policy is PlacementPolicy.EXCLUSIVE:
-            return 1
-        return self.cap or None
-
-    def __str__(self) -> str:
-        """The flag's spelling, which GetStatus shows too."""
-        return f"{self.policy.value}:{self.cap}" if self.cap else self.policy.value
-
-
-DEFAULT_PLACEMENT = PlacementSettings()
-
-
-def parse_placement(value: str, *, field: str = "--gpu-placement") -> PlacementSettings:
-    """``exclusive``, ``shared`` or ``shared:N`` (N >= 1 actors per GPU).
-
-    One value rather than a second cap flag: the cap means nothing without
-    shared, and one string reads back unchanged in GetStatus.
-    """
-    policy_text, sep, cap_text = value.strip().partition(":")
-    try:
-        policy = PlacementPolicy(policy_text.lower())
-    except ValueError:
-        raise _invalid(f"{field} {value!r}: must be exclusive, shared or shared:N") from None
-    if not sep:
-        return PlacementSettings(policy)
-    if policy is PlacementPolicy.EXCLUSIVE:
-        raise _invalid(f"{field} {value!r}: exclusive takes no cap (one actor per GPU)")
-    if not (cap_text.isascii() and cap_text.isdigit()) or int(cap_text) < 1:
-        raise _invalid(f"{field} {value!r}: the cap after 'shared:' must be a whole number"
-                       " >= 1 (actors per GPU)")
-    return PlacementSettings(policy, int(cap_text))
 
 
 @dataclass(frozen=True, slots=True)

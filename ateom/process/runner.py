@@ -1,9 +1,9 @@
-"""Running a GPU tool (nvidia-smi, cuda-checkpoint) with a time limit (shell).
+"""Running a tool (runsc, nvidia-ctk, nvidia-smi, cuda-checkpoint) with a time limit.
 
-The gatherers never call `subprocess` themselves: they take a `Runner`, so
-tests can hand them a stand-in, and the daemon can hand them a runner over its
-reaper (whose waitpid must be the only one on the daemon's children). The
-contract is the doctor's `CommandRunner`: argv -> (exit code, stdout+stderr),
+The gatherers and the doctor never call `subprocess` themselves: they take a
+`Runner`, so tests can hand them a stand-in, and the daemon can hand them a
+runner over its reaper (`reaper_runner`: its waitpid must be the only one on
+the daemon's children). The contract: argv -> (exit code, stdout+stderr),
 never raising for a command that could not start (127) or ran out of time
 (124), so one code path handles every way a tool can fail.
 """
@@ -14,7 +14,9 @@ import os
 import signal
 import subprocess
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import Protocol
+
+from ateom.process.reaper import Reaper
 
 # What a runner answers for a command it gave up on (as timeout(1) does) and
 # for one it could not start (as a shell does).
@@ -66,7 +68,7 @@ def _kill_group(proc: subprocess.Popen[str]) -> None:
     proc.wait()
 
 
-def reaper_runner(reaper: Any) -> Runner:
+def reaper_runner(reaper: Reaper) -> Runner:
     """A runner over a `Reaper.run_capture` (the daemon's, whose waitpid must be
     the only one on its children): its timeout is 124, a command it could not
     start 127, as `subprocess_runner`'s."""
@@ -82,3 +84,25 @@ def reaper_runner(reaper: Any) -> Runner:
         return int(done.returncode), str(done.output)
 
     return run
+
+
+def give_up_after_a_timeout(run: Runner, limit: float) -> Runner:
+    """`run` with at most `limit` seconds per command, and no command at all once
+    one timed out.
+
+    runsc is probed with several commands; a binary that hangs on the first
+    hangs on all, so one timeout is the whole cost.
+    """
+    timed_out: list[str] = []
+
+    def bounded(
+        argv: Sequence[str], *, env: Mapping[str, str] | None = None, timeout: float = limit
+    ) -> tuple[int, str]:
+        if timed_out:
+            return TIMED_OUT, f"{argv[0]}: not run: {timed_out[0]}"
+        code, out = run(argv, env=env, timeout=min(timeout, limit))
+        if code == TIMED_OUT:
+            timed_out.append(out.strip())
+        return code, out
+
+    return bounded

@@ -15,23 +15,18 @@ import hashlib
 import json
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import structlog
 
 from ateom.errors import AteomError, ErrorCode
 from ateom.process.reaper import Completed, Reaper
 from ateom.runsc.probe import RunscInfo
+from ateom.settings import NvproxyOptions
 
 log = structlog.get_logger("ateom.runsc")
 
 LOG_TAIL_BYTES = 2048
-
-
-@dataclass(frozen=True, slots=True)
-class NvproxyOptions:
-    driver_version: str = ""
-    capabilities: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +36,7 @@ class RunscTarget:
     info: RunscInfo
     root: str  # the actor's -root directory
     global_flags: tuple[str, ...] = ()
-    nvproxy: NvproxyOptions = NvproxyOptions()
+    nvproxy: NvproxyOptions = field(default_factory=NvproxyOptions)
     gpu: bool = False  # a GPU sandbox: the nvproxy flags on every call
 
 

@@ -20,13 +20,13 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from ateom._proto import ateom_pb2 as pb
 from ateom._proto import ateom_pb2_grpc as pb_grpc
 from ateom.daemon.calls import validation
-from ateom.daemon.lifecycle.config import DaemonConfig
 from ateom.daemon.lifecycle.service import AteomService
 from ateom.daemon.rpc import handler, wire
 from ateom.daemon.rpc.server import RunningServer, start_server
 from ateom.errors import AteomError, ErrorCode
 from ateom.process.reaper import Reaper
 from tests.daemon.fake_runsc import FakeRunsc
+from tests.support.configs import daemon_config
 
 MIB = 1 << 20
 
@@ -35,7 +35,7 @@ MIB = 1 << 20
 def daemon(tmp_path: Path) -> Iterator[tuple[RunningServer, grpc.Channel]]:
     fake = FakeRunsc(tmp_path / "bin")
     (tmp_path / "actors").mkdir()
-    config = DaemonConfig(actors_root=str(tmp_path / "actors"), runsc=str(fake.path),
+    config = daemon_config(actors_root=str(tmp_path / "actors"), runsc=str(fake.path),
                           run_dir=str(tmp_path / "run"), socket=str(tmp_path / "s" / "a.sock"),
                           gpu_glob=str(tmp_path / "none*"))
     server = start_server(config, AteomService(config, reaper=Reaper()))

@@ -27,12 +27,12 @@ def test_flags_env_twins_and_precedence() -> None:
     assert cfg.socket == "/flag.sock"  # flag beats env
     assert cfg.actors_root == "/env/root" and cfg.max_actors == 3
     assert cfg.runsc_global_flags == ("--network=none", "--ignore-cgroups")
-    assert cfg.spec_dirs == ("/a", "/b") and cfg.shutdown_grace == 2.5
+    assert cfg.node.spec_dirs == ("/a", "/b") and cfg.shutdown_grace == 2.5
     cfg = daemon_config.from_args(_parse([
         "--actors-root", "/r", "--runsc-global-flag=--network=none",
         "--runsc-global-flag=--ignore-cgroups", "--spec-dir", "/x", "--spec-dir", "/y"]), {})
     assert cfg.runsc_global_flags == ("--network=none", "--ignore-cgroups")
-    assert cfg.spec_dirs == ("/x", "/y")
+    assert cfg.node.spec_dirs == ("/x", "/y")
     assert (cfg.socket, cfg.max_actors, cfg.listen) == ("/run/ateom/ateom.sock", 1, "")
 
 
@@ -54,19 +54,19 @@ def test_shared_settings_have_one_name_and_one_default() -> None:
     env = {"ATEOM_ACTORS_ROOT": "/r", "ATEOM_CDI_SPEC_DIRS": "/s1::/s2",
            "ATEOM_NVIDIA_DRIVER_ROOT": "/drv", "ATEOM_NVIDIA_TOOLKIT_DIR": "/tk"}
     cfg = daemon_config.from_args(_parse([]), env)
-    assert cfg.spec_dirs == registry.default_spec_dirs(env) == ("/s1", "/s2")
-    assert (cfg.driver_root, cfg.toolkit_dir) == ("/drv", "/tk")
+    assert cfg.node.spec_dirs == registry.default_spec_dirs(env) == ("/s1", "/s2")
+    assert (cfg.node.driver_root, cfg.node.toolkit_dir) == ("/drv", "/tk")
     # The daemon's old spellings are gone, not silently read.
     cfg = daemon_config.from_args(_parse([]), {"ATEOM_ACTORS_ROOT": "/r",
                                                 "ATEOM_SPEC_DIRS": "/old",
                                                 "ATEOM_DRIVER_ROOT": "/old"})
-    assert cfg.spec_dirs == settings.DEFAULT_SPEC_DIRS == registry.default_spec_dirs({})
-    assert cfg.driver_root == settings.DEFAULT_DRIVER_ROOT == daemon_config.DEFAULT_DRIVER_ROOT
-    assert cfg.toolkit_dir == settings.DEFAULT_TOOLKIT_DIR == daemon_config.DEFAULT_TOOLKIT_DIR
+    assert cfg.node.spec_dirs == settings.DEFAULT_SPEC_DIRS == registry.default_spec_dirs({})
+    assert cfg.node.driver_root == settings.DEFAULT_DRIVER_ROOT == daemon_config.DEFAULT_DRIVER_ROOT
+    assert cfg.node.toolkit_dir == settings.DEFAULT_TOOLKIT_DIR == daemon_config.DEFAULT_TOOLKIT_DIR
     assert options.gvisor_nvidia_options(cfg.node).library_dirs == ("/usr/local/nvidia/lib64",)
     cfg = daemon_config.from_args(
         _parse(["--driver-root", "/flag-drv", "--toolkit-dir", "/flag-tk"]), env)
-    assert (cfg.driver_root, cfg.toolkit_dir) == ("/flag-drv", "/flag-tk")
+    assert (cfg.node.driver_root, cfg.node.toolkit_dir) == ("/flag-drv", "/flag-tk")
 
 
 @pytest.mark.parametrize("argv, env", [

@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -31,7 +32,6 @@ from ateom.daemon.calls.requests import (
     TerminateRequest,
 )
 from ateom.daemon.gpus.checkpoint_policy import TOOL_IN_CONTAINER
-from ateom.daemon.lifecycle.config import DaemonConfig
 from ateom.daemon.lifecycle.service import AteomService
 from ateom.daemon.rpc.inspection import Inspector
 from ateom.errors import AteomError, ErrorCode
@@ -39,6 +39,7 @@ from ateom.gpuinfo.record import RECORD_FILE, parse_record
 from ateom.process.reaper import Reaper
 from tests.daemon.fake_runsc import FakeRunsc
 from tests.support import build_busybox_bundle, build_fake_driver_libs, write_sim_gpu_spec
+from tests.support.configs import daemon_config
 from tests.support.gpu_node import SimGpu, write_gpu_node, write_sim_fixture
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/bin/busybox"), reason="needs busybox")
@@ -72,7 +73,7 @@ class GpuWorld:
                               checkpoint_flags=checkpoint_flags,
                               restore_flags=["background", "direct"])
         self.actors_root = tmp / "actors"
-        self.config = DaemonConfig(
+        self.config = daemon_config(
             actors_root=str(self.actors_root), runsc=str(self.fake.path),
             run_dir=str(tmp / "run"), spec_dirs=(str(tmp / "cdi"),),
             gpu_glob=str(self.node / "dev" / "nvidia[0-9]*"), driver_root=str(self.node),
@@ -381,11 +382,11 @@ def test_many_concurrent_run_checkpoint_restore_cycles_never_share_a_gpu(tmp_pat
     node = write_gpu_node(tmp_path / "node8", fixture)
     libs = build_fake_driver_libs(tmp_path / "lib8")
     write_sim_gpu_spec(tmp_path / "cdi8", libs, gpus=8)
-    w.config = DaemonConfig(
+    w.config = daemon_config(
         actors_root=w.config.actors_root, runsc=w.config.runsc, run_dir=w.config.run_dir,
         spec_dirs=(str(tmp_path / "cdi8"),), gpu_glob=node.gpu_glob,
-        driver_root=w.config.driver_root, proc_root=node.proc_root,
-        toolkit_dir=w.config.toolkit_dir, kill_grace=0.1, max_actors=12,
+        driver_root=w.config.node.driver_root, proc_root=node.proc_root,
+        toolkit_dir=w.config.node.toolkit_dir, kill_grace=0.1, max_actors=12,
         gpu_placement="exclusive", env=dict(w.config.env))
     w.service = AteomService(w.config, reaper=Reaper())
     stop = threading.Event()
@@ -448,10 +449,9 @@ def test_list_devices_shows_what_the_daemon_resolves_a_generated_spec_included(
     (toolkit / "nvidia-ctk").chmod(0o755)
     empty = tmp_path / "no-specs"
     empty.mkdir()
-    config = DaemonConfig(**{**{f: getattr(w.config, f) for f in (
-        "actors_root", "runsc", "run_dir", "gpu_glob", "driver_root", "proc_root",
-        "kill_grace", "max_actors", "env")}, "spec_dirs": (str(empty),),
-        "toolkit_dir": str(toolkit)})
+    config = replace(w.config, node=replace(w.config.node, spec_dirs=(str(empty),),
+                                            toolkit_dir=str(toolkit)),
+                     gpu=replace(w.config.gpu, placement="shared"))
     w.service = AteomService(config, reaper=Reaper())
     inspector = Inspector.for_service(w.service)
     assert [d.qualified_name for d in inspector.devices().devices()] == []

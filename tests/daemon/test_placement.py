@@ -15,17 +15,14 @@ from hypothesis import strategies as st
 from ateom.errors import AteomError, ErrorCode
 from ateom.gpuinfo.placement import (
     ALL_GPUS,
-    DEFAULT_PLACEMENT,
     GpuPlacer,
     GpuRequest,
-    PlacementPolicy,
     PlacementRefused,
-    PlacementSettings,
     PlacementSnapshot,
     PodGpu,
     RefusalReason,
-    parse_placement,
 )
+from ateom.settings import DEFAULT_PLACEMENT, PlacementPolicy, PlacementSettings, parse_placement
 
 H100 = "10de:2330"
 A100 = "10de:20b0"

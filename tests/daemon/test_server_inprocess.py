@@ -13,7 +13,6 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from ateom._proto import ateom_pb2 as pb
 from ateom._proto import ateom_pb2_grpc as pb_grpc
-from ateom.daemon.lifecycle.config import DaemonConfig
 from ateom.daemon.lifecycle.service import AteomService
 from ateom.daemon.rpc.server import prepare_socket, start_server
 from ateom.errors import AteomError, ErrorCode
@@ -22,6 +21,7 @@ from ateom.process.reaper import Reaper
 from ateom.settings import NodeSettings
 from tests.daemon.fake_runsc import FakeRunsc
 from tests.daemon.test_tls import make_pki
+from tests.support.configs import daemon_config
 
 
 @pytest.fixture
@@ -32,7 +32,7 @@ def running(tmp_path: Path):  # type: ignore[no-untyped-def]
     stale = socket.socket(socket.AF_UNIX)
     stale.bind(str(sock))  # a stale socket from a previous daemon
     stale.close()
-    config = DaemonConfig(actors_root=str(tmp_path / "actors"), runsc=str(fake.path),
+    config = daemon_config(actors_root=str(tmp_path / "actors"), runsc=str(fake.path),
                           run_dir=str(tmp_path / "run"), socket=str(sock),
                           gpu_glob=str(tmp_path / "none*"))
     service = AteomService(config, reaper=Reaper())
@@ -121,7 +121,7 @@ def test_busy_listen_address_is_an_error_naming_the_flag_and_leaves_no_socket(
     sock = tmp_path / "s" / "ateom.sock"
     (tmp_path / "pki").mkdir()
     pki = make_pki(tmp_path / "pki")
-    config = DaemonConfig(actors_root=str(tmp_path / "actors"), runsc="/bin/false",
+    config = daemon_config(actors_root=str(tmp_path / "actors"), runsc="/bin/false",
                           run_dir=str(tmp_path / "run"), socket=str(sock),
                           listen=f"127.0.0.1:{busy.getsockname()[1]}",
                           tls_cert=str(pki.server_cert), tls_key=str(pki.server_key),

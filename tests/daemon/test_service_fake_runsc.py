@@ -28,13 +28,13 @@ from ateom.daemon.calls.requests import (
     RunRequest,
     TerminateRequest,
 )
-from ateom.daemon.lifecycle.config import DaemonConfig
 from ateom.daemon.lifecycle.service import AteomService
 from ateom.daemon.rpc.inspection import Inspector
 from ateom.errors import AteomError, ErrorCode, InjectionError
 from ateom.process.reaper import Reaper
 from tests.daemon.fake_runsc import FakeRunsc
 from tests.support import build_busybox_bundle, build_fake_driver_libs, write_sim_gpu_spec
+from tests.support.configs import daemon_config
 
 NO_DEVICES = DeviceChoice(DevicePolicy.NONE)
 pytestmark = pytest.mark.skipif(not os.path.exists("/bin/busybox"), reason="needs busybox")
@@ -62,7 +62,7 @@ class World:
             toolkit_dir=str(tmp / "toolkit"), env={"PATH": os.defpath},
         )
         kw.update(config)
-        self.config = DaemonConfig(**kw)  # type: ignore[arg-type]
+        self.config = daemon_config(**kw)  # type: ignore[arg-type]
         self.service = AteomService(self.config, reaper=Reaper())
 
     def dirs(self, uid: str) -> ActorDirs:

@@ -27,6 +27,7 @@ from ateom.daemon.rpc.server import RunningServer, start_server
 from ateom.errors import AteomError, ErrorCode
 from ateom.process.reaper import Reaper
 from tests.daemon.fake_runsc import FakeRunsc
+from tests.support import configs
 
 OPENSSL = shutil.which("openssl")
 pytestmark = pytest.mark.skipif(OPENSSL is None, reason="makes its certificates with openssl")
@@ -85,7 +86,7 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
 
 def _config(tmp_path: Path, pki: Pki, **overrides: str) -> DaemonConfig:
     fake = FakeRunsc(tmp_path / "bin")
-    config = DaemonConfig(actors_root=str(tmp_path / "actors"), runsc=str(fake.path),
+    config = configs.daemon_config(actors_root=str(tmp_path / "actors"), runsc=str(fake.path),
                           run_dir=str(tmp_path / "run"), socket=str(tmp_path / "s" / "a.sock"),
                           gpu_glob=str(tmp_path / "none*"), listen="127.0.0.1:0",
                           tls_cert=str(pki.server_cert), tls_key=str(pki.server_key),

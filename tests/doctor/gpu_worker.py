@@ -35,6 +35,7 @@ from tests.support import (
     compile_shared_library,
     write_sim_gpu_spec,
 )
+from tests.support.configs import doctor_config
 from tests.support.gpu_node import SimGpu, write_gpu_node, write_sim_fixture
 from tests.support.runsc_emu import install_runsc
 
@@ -121,7 +122,7 @@ class GpuWorker:
         return ["--proc-root", str(self.proc_root)]
 
     def config(self, **changes: object) -> DoctorConfig:
-        base = DoctorConfig(
+        base = doctor_config(
             gpu_glob=str(self.dev / "nvidia[0-9]*"),
             driver_root=str(self.root / "driver"),
             toolkit_dir=str(self.toolkit),
@@ -130,9 +131,7 @@ class GpuWorker:
             proc_driver_version=str(self.root / "proc-driver-nvidia-version"),
             proc_root=str(self.proc_root),
         )
-        from dataclasses import replace
-
-        return replace(base, **changes)  # type: ignore[arg-type]
+        return doctor_config(base, **changes)
 
     def env(self) -> dict[str, str]:
         """The daemon's environment for this worker (for the CLI)."""

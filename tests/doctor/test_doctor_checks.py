@@ -25,6 +25,7 @@ from ateom.doctor.gather_userns import gather_userns
 from ateom.doctor.report import render_json, render_text, report_to_dict
 from ateom.process.runner import subprocess_runner
 from tests.doctor.healthy_facts import GPU0, healthy
+from tests.support.configs import doctor_config
 
 
 def status(facts: Facts, name: str) -> Status:
@@ -196,7 +197,7 @@ def test_configured_nvproxy_flag_unsupported_fails() -> None:
 def test_host_driver_outside_runsc_list() -> None:
     f = replace(healthy(), host_driver_version="999.1")
     assert status(f, "runsc-driver") is Status.FAIL
-    pinned = replace(f, config=replace(f.config, nvproxy_driver_version="580.65.06"))
+    pinned = replace(f, config=doctor_config(f.config, nvproxy_driver_version="580.65.06"))
     assert status(pinned, "runsc-driver") is Status.WARN
     unlisted = replace(healthy(), runsc=replace(healthy().runsc, supported_drivers=None))
     assert status(unlisted, "runsc-driver") is Status.WARN
@@ -252,26 +253,27 @@ def test_config_from_env_uses_the_daemons_variables() -> None:
         "ATEOM_GPU_PLACEMENT": "shared:2",
         "ATEOM_MAX_ACTORS": "4",
     })
-    assert cfg.spec_dirs == ("/a", "/b")
+    assert cfg.node.spec_dirs == ("/a", "/b")
     assert cfg.control_node_paths == ("/x/nvidiactl", "/x/nvidia-uvm")
-    assert (cfg.driver_lib_dir, cfg.toolkit_dir, cfg.runsc) == ("/drv/lib64", "/tk", "/bin/runsc")
-    assert cfg.nvproxy_driver_version == "550.54.15"
-    assert (cfg.cuda_checkpoint, cfg.gpu_placement, cfg.max_actors) == (
+    assert (cfg.node.driver_lib_dir, cfg.node.toolkit_dir, cfg.runsc) == (
+        "/drv/lib64", "/tk", "/bin/runsc")
+    assert cfg.gpu.nvproxy.driver_version == "550.54.15"
+    assert (cfg.gpu.cuda_checkpoint, cfg.gpu.placement, cfg.max_actors) == (
         "/opt/cc/cuda-checkpoint", "shared:2", 4)
     assert cfg.checkpoint_expected
     defaults = config_from_env({})
-    assert (defaults.cuda_checkpoint, defaults.gpu_placement, defaults.max_actors) == (
+    assert (defaults.gpu.cuda_checkpoint, defaults.gpu.placement, defaults.max_actors) == (
         "", "shared", 1)
     assert not defaults.checkpoint_expected
     assert defaults.driver_version_file == "/proc/driver/nvidia/version"
-    assert defaults.gpu_glob == "/dev/nvidia[0-9]*"
-    assert defaults.driver_root == "/usr/local/nvidia"
-    assert defaults.toolkit_dir == "/opt/nvidia-toolkit"
+    assert defaults.node.gpu_glob == "/dev/nvidia[0-9]*"
+    assert defaults.node.driver_root == "/usr/local/nvidia"
+    assert defaults.node.toolkit_dir == "/opt/nvidia-toolkit"
     assert defaults.control_node_paths == ("/dev/nvidiactl", "/dev/nvidia-uvm")
     # One name per setting: the daemon's old spellings are not read.
     old_names = config_from_env({"ATEOM_DRIVER_ROOT": "/d2", "ATEOM_SPEC_DIRS": "/s"})
-    assert (old_names.driver_root, old_names.spec_dirs) == (defaults.driver_root,
-                                                            defaults.spec_dirs)
+    assert (old_names.node.driver_root, old_names.node.spec_dirs) == (defaults.node.driver_root,
+                                                            defaults.node.spec_dirs)
 
 
 def test_a_max_actors_that_is_no_number_is_refused_as_serve_refuses_it() -> None:
@@ -298,15 +300,15 @@ def test_doctor_config_for_daemon_is_what_serve_resolved() -> None:
          "--nvproxy-driver-version", "550.54.15", "--gpu-placement", "exclusive",
          "--cuda-checkpoint", "/cc/cuda-checkpoint", "--max-actors", "3",
          "--proc-root", "/fx/proc"]), env)
-    cfg = doctor_config(served, served.spec_dirs)
+    cfg = doctor_config(served, served.node.spec_dirs)
     # Flags beat env in the daemon, so they do in its doctor too.
-    assert (cfg.driver_root, cfg.toolkit_dir, cfg.spec_dirs) == (
+    assert (cfg.node.driver_root, cfg.node.toolkit_dir, cfg.node.spec_dirs) == (
         "/flag-drv", "/env-tk", ("/env-a", "/env-b"))
-    assert (cfg.gpu_glob, cfg.runsc, cfg.nvproxy_driver_version) == (
+    assert (cfg.node.gpu_glob, cfg.runsc, cfg.gpu.nvproxy.driver_version) == (
         "/g/nvidia[0-9]*", "/bin/rs", "550.54.15")
-    assert cfg.proc_root == "/fx/proc"  # the GPU inventory where the daemon gathers it
+    assert cfg.gpu.proc_root == "/fx/proc"  # the GPU inventory where the daemon gathers it
     assert cfg.devices == ("nvidia.com/gpu=all",)
-    assert (cfg.gpu_placement, cfg.cuda_checkpoint, cfg.max_actors) == (
+    assert (cfg.gpu.placement, cfg.gpu.cuda_checkpoint, cfg.max_actors) == (
         "exclusive", "/cc/cuda-checkpoint", 3)
 
 

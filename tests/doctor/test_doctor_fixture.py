@@ -171,7 +171,7 @@ DAEMON_SIDE = """
 import json, sys
 from ateom.process.reaper import Reaper
 from ateom.doctor import report_to_dict, run_doctor
-from ateom.doctor.gather import reaper_runner
+from ateom.process.runner import reaper_runner
 from tests.doctor.gpu_worker import GpuWorker
 from pathlib import Path
 
@@ -284,7 +284,7 @@ def test_dangling_toolkit_symlink_is_missing_not_a_crash(gpu_worker: GpuWorker) 
 REAPER_TIMEOUT = """
 import sys
 from ateom.process.reaper import Reaper
-from ateom.doctor.gather import TIMED_OUT, reaper_runner
+from ateom.process.runner import TIMED_OUT, reaper_runner
 
 run = reaper_runner(Reaper().start())
 code, out = run(["sleep", "30"], timeout=0.3)

@@ -14,6 +14,7 @@ from ateom.gpuinfo.cuda_checkpoint import CudaCheckpointFacts
 from ateom.gpuinfo.inventory import FactConflict, GpuFacts
 from ateom.gpuinfo.mps import MpsVerdict, mps_in_edits
 from tests.doctor.healthy_facts import HELP_590, healthy
+from tests.support.configs import doctor_config
 
 
 def result(facts: Facts, name: str) -> CheckResult:
@@ -22,7 +23,7 @@ def result(facts: Facts, name: str) -> CheckResult:
 
 def expecting_checkpoints(f: Facts) -> Facts:
     """The operator configured --cuda-checkpoint: GPU checkpoints are this worker's job."""
-    return replace(f, config=replace(f.config, cuda_checkpoint="/opt/cc/cuda-checkpoint"))
+    return replace(f, config=doctor_config(f.config, cuda_checkpoint="/opt/cc/cuda-checkpoint"))
 
 
 def gpu_nodes(n: int) -> tuple[NodeFact, ...]:
@@ -91,7 +92,7 @@ def test_placement_policy_against_gpus_and_max_actors(
         policy: str, gpus: int, actors: int, expected: Status, says: str) -> None:
     f = healthy()
     f = replace(f, gpu_nodes=gpu_nodes(gpus),
-                config=replace(f.config, gpu_placement=policy, max_actors=actors))
+                config=doctor_config(f.config, gpu_placement=policy, max_actors=actors))
     r = result(f, "gpu-placement")
     assert r.status is expected, r
     assert says in r.summary
@@ -101,19 +102,19 @@ def test_placement_policy_against_gpus_and_max_actors(
 def test_exclusive_sharing_names_the_default_request_that_takes_every_gpu() -> None:
     f = healthy()
     f = replace(f, gpu_nodes=gpu_nodes(4),
-                config=replace(f.config, gpu_placement="exclusive", max_actors=2))
+                config=doctor_config(f.config, gpu_placement="exclusive", max_actors=2))
     r = result(f, "gpu-placement")
     assert r.status is Status.PASS and "gets all of them" in r.details[0]
 
 
 def test_a_policy_serve_would_refuse_fails_even_without_gpus() -> None:
     f = healthy()
-    f = replace(f, gpu_nodes=(), config=replace(f.config, gpu_placement="shared:0"))
+    f = replace(f, gpu_nodes=(), config=doctor_config(f.config, gpu_placement="shared:0"))
     r = result(f, "gpu-placement")
     assert r.status is Status.FAIL
     assert "--gpu-placement 'shared:0'" in r.summary and "refuses to start" in r.summary
     assert "exclusive, shared or shared:N" in r.fix
-    ok = replace(f, config=replace(f.config, gpu_placement="exclusive"))
+    ok = replace(f, config=doctor_config(f.config, gpu_placement="exclusive"))
     r = result(ok, "gpu-placement")
     assert r.status is Status.SKIP and "policy exclusive" in r.summary
 

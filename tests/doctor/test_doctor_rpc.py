@@ -6,7 +6,6 @@ answer must be the report `ateom doctor --json` prints with the same settings.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import subprocess
@@ -27,6 +26,7 @@ from ateom.daemon.rpc.server import RunningServer, start_server
 from ateom.doctor import CHECK_NAMES
 from ateom.process.reaper import Reaper
 from tests.doctor.gpu_worker import GpuWorker
+from tests.support import configs
 
 REPO = Path(__file__).resolve().parents[2]
 STATUS_NAME = {pb.DOCTOR_STATUS_PASS: "PASS", pb.DOCTOR_STATUS_WARN: "WARN",
@@ -35,7 +35,7 @@ STATUS_NAME = {pb.DOCTOR_STATUS_PASS: "PASS", pb.DOCTOR_STATUS_WARN: "WARN",
 
 def daemon_config(worker: GpuWorker, base: Path) -> DaemonConfig:
     """`ateom serve` pointed at the simulated worker, as its env twins would."""
-    return DaemonConfig(
+    return configs.daemon_config(
         actors_root=str(base / "actors"), run_dir=str(base / "run"),
         socket=str(base / "run" / "ateom.sock"), runsc=str(worker.runsc),
         gpu_glob=str(worker.dev / "nvidia[0-9]*"), spec_dirs=(str(worker.root / "cdi"),),
@@ -49,7 +49,7 @@ def server(gpu_worker: GpuWorker, tmp_path: Path,
            monkeypatch: pytest.MonkeyPatch) -> Iterator[RunningServer]:
     # The daemon reads the host's /proc; here, the simulated worker's NVIDIA module.
     real = inspect_module.doctor_config
-    monkeypatch.setattr(inspect_module, "doctor_config", lambda config, dirs: dataclasses.replace(
+    monkeypatch.setattr(inspect_module, "doctor_config", lambda config, dirs: configs.doctor_config(
         real(config, dirs), proc_root=str(gpu_worker.proc_root)))
     config = daemon_config(gpu_worker, tmp_path / "daemon")
     running = start_server(config, AteomService(config, reaper=Reaper()))

@@ -24,8 +24,8 @@ from ateom.gpuinfo.placement import (
     PlacementRefused,
     PlacementSnapshot,
     PodGpu,
-    parse_placement,
 )
+from ateom.settings import parse_placement
 
 
 def samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:

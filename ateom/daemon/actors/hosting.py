@@ -17,6 +17,7 @@ import contextlib
 import os
 import time
 from collections.abc import Sequence
+from typing import Protocol
 
 import structlog
 
@@ -24,19 +25,36 @@ from ateom.daemon.actors.table import Actor, Phase
 from ateom.daemon.bundles.plan import ContainerPlan, Injector, SandboxPlan
 from ateom.daemon.bundles.store import BundleStore
 from ateom.daemon.calls.phases import phase
-from ateom.daemon.lifecycle.config import DaemonConfig
 from ateom.daemon.sandbox.boot import Sandbox, boot
 from ateom.daemon.sandbox.state_dir import remove_state_dir
 from ateom.daemon.sandbox.teardown import kill_sandbox_processes, teardown
 from ateom.process.reaper import Reaper
-from ateom.runsc.commands import NvproxyOptions, Runsc, RunscTarget, sandbox_root_id
+from ateom.runsc.commands import Runsc, RunscTarget, sandbox_root_id
 from ateom.runsc.probe import RunscInfo
+from ateom.settings import GpuSettings
 
 log = structlog.get_logger("ateom.hosting")
 
 
+class HostingConfig(Protocol):
+    """What hosting reads of the daemon's settings (`DaemonConfig` has them all)."""
+
+    @property
+    def log_root(self) -> str: ...
+    @property
+    def state_root(self) -> str: ...
+    @property
+    def runsc_global_flags(self) -> tuple[str, ...]: ...
+    @property
+    def runsc_timeout(self) -> float: ...
+    @property
+    def pause_container(self) -> str: ...
+    @property
+    def gpu(self) -> GpuSettings: ...
+
+
 class Hosting:
-    def __init__(self, config: DaemonConfig, reaper: Reaper, store: BundleStore,
+    def __init__(self, config: HostingConfig, reaper: Reaper, store: BundleStore,
                  injector: Injector) -> None:
         self.config = config
         self.reaper = reaper
@@ -51,8 +69,7 @@ class Hosting:
         os.makedirs(log_dir, mode=0o750, exist_ok=True)
         target = RunscTarget(info=info, root=os.path.join(config.state_root, uid),
                              global_flags=config.runsc_global_flags,
-                             nvproxy=NvproxyOptions(config.nvproxy_driver_version,
-                                                    config.nvproxy_capabilities),
+                             nvproxy=config.gpu.nvproxy,
                              gpu=gpu)
         return Runsc(target, self.reaper, log_dir, config.runsc_timeout,
                      log_names={sandbox_root_id(uid, config.pause_container):

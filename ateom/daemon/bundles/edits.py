@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ateom import oci_config
+from ateom.daemon.calls.requests import CPU_PERIOD_USEC
 from ateom.errors import AteomError, ErrorCode
 
 CONTAINER_TYPE = "io.kubernetes.cri.container-type"
@@ -25,7 +26,10 @@ SANDBOX_ID = "io.kubernetes.cri.sandbox-id"
 CONTAINER_NAME = "io.kubernetes.cri.container-name"
 GVISOR_PREFIX = "dev.gvisor."
 
-CPU_PERIOD_USEC = 100_000
+# Where a GPU container finds the worker's cuda-checkpoint, bind-mounted
+# read-only when it boots: runsc runs the tool inside the sandbox, at the
+# path `gpus.checkpoint_policy` names in `runsc checkpoint`.
+TOOL_IN_CONTAINER = "/opt/ateom/bin/cuda-checkpoint"
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +131,12 @@ def _object_at(parent: dict[str, Any], key: str, where: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise AteomError(f"{where}: {key}: must be an object", code=ErrorCode.INVALID_ARGUMENT)
     return value
+
+
+def tool_mount(host_path: str) -> dict[str, Any]:
+    """The OCI mount putting the worker's cuda-checkpoint into a GPU container (pure)."""
+    return {"destination": TOOL_IN_CONTAINER, "source": host_path, "type": "bind",
+            "options": ["rbind", "ro", "nosuid", "nodev"]}
 
 
 def dump_config(config: dict[str, Any], path: str) -> bytes:

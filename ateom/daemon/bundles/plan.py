@@ -31,7 +31,6 @@ from ateom.daemon.bundles.catalog import DeviceCatalog
 from ateom.daemon.calls import refusals, validation
 from ateom.daemon.calls.phases import phase
 from ateom.daemon.calls.requests import ActorDirs, ContainerRequest, DevicePolicy
-from ateom.daemon.gpus import checkpoint_policy
 from ateom.errors import AteomError, ErrorCode, quote
 from ateom.gpuinfo.mps import REFUSAL_REASON as MPS_REFUSAL
 from ateom.gpuinfo.mps import MpsRefused, check_no_mps
@@ -250,7 +249,7 @@ class SandboxPlanner:
                                                     (original, parsed))
             parsed = injection.merged
             if ctx.tools.cuda_checkpoint:
-                extra = {"extra_mounts": [checkpoint_policy.tool_mount(ctx.tools.cuda_checkpoint)],
+                extra = {"extra_mounts": [edits.tool_mount(ctx.tools.cuda_checkpoint)],
                          "args_prefix": ctx.tools.args_prefix}
         prepared = edits.prepare_config(
             parsed, config_path, container=name, sandbox_id=ctx.root_id,

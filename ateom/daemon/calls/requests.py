@@ -11,6 +11,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+# The CFS period a container's CPU limit is expressed over: `cpu_milli` of
+# 1000 is one CPU, a quota of one period per period.
+CPU_PERIOD_USEC = 100_000
+
 _EMPTY: Mapping[str, str] = MappingProxyType({})
 
 

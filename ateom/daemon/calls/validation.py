@@ -16,8 +16,8 @@ import re
 from collections.abc import Iterable, Sequence
 
 from ateom.cdi.names import parse_qualified_name
-from ateom.daemon.bundles.edits import CPU_PERIOD_USEC
 from ateom.daemon.calls.requests import (
+    CPU_PERIOD_USEC,
     ActorDirs,
     ActorRef,
     CheckpointRequest,

@@ -18,13 +18,12 @@ take the sandbox with them; they are refused by the same first rule.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
+from ateom.daemon.bundles.edits import TOOL_IN_CONTAINER
 from ateom.gpuinfo import cuda_checkpoint
 from ateom.gpuinfo.inventory import driver_major
 from ateom.runsc.probe import RunscInfo
 
-TOOL_IN_CONTAINER = "/opt/ateom/bin/cuda-checkpoint"
 PATH_FLAG = "cuda-checkpoint-path"
 SEQUENTIAL_FLAG = "cuda-checkpoint-sequential"
 PATH_RELEASE = "release-20260608.0"
@@ -49,12 +48,6 @@ def locate_tool(configured: str, *, driver_root: str, toolkit_dir: str,
     and where it was looked for."""
     return cuda_checkpoint.locate(configured, driver_root=driver_root,
                                   toolkit_dir=toolkit_dir, path_env=path_env)
-
-
-def tool_mount(host_path: str) -> dict[str, Any]:
-    """The OCI mount putting the worker's cuda-checkpoint into a GPU container (pure)."""
-    return {"destination": TOOL_IN_CONTAINER, "source": host_path, "type": "bind",
-            "options": ["rbind", "ro", "nosuid", "nodev"]}
 
 
 def launch_job_prefix(driver_version: str, gpu_count: int) -> tuple[str, ...]:

@@ -27,10 +27,10 @@ from ateom.gpuinfo.placement import (
     GpuRequest,
     Grant,
     PlacementRefused,
-    PlacementSettings,
     PlacementSnapshot,
     PodGpu,
 )
+from ateom.settings import PlacementSettings
 
 log = structlog.get_logger("ateom.gpus")
 

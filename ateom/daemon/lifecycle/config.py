@@ -14,17 +14,27 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ateom.errors import AteomError, ErrorCode
-from ateom.gpuinfo.placement import parse_placement
 from ateom.settings import (
+    CUDA_CHECKPOINT_ENV,
+    CUDA_CHECKPOINT_TIMEOUT_ENV,
+    DEFAULT_CUDA_CHECKPOINT_TIMEOUT,
     DEFAULT_DRIVER_ROOT,
     DEFAULT_GPU_GLOB,
+    DEFAULT_GPU_PLACEMENT,
+    DEFAULT_PROC_ROOT,
     DEFAULT_SPEC_DIRS,
     DEFAULT_TOOLKIT_DIR,
     DRIVER_ROOT_ENV,
     GPU_GLOB_ENV,
+    GPU_PLACEMENT_ENV,
+    NVPROXY_CAPABILITIES_ENV,
+    NVPROXY_DRIVER_VERSION_ENV,
+    PROC_ROOT_ENV,
     SPEC_DIRS_ENV,
     TOOLKIT_DIR_ENV,
+    GpuSettings,
     NodeSettings,
+    NvproxyOptions,
 )
 
 DEFAULT_SOCKET = "/run/ateom/ateom.sock"
@@ -47,34 +57,20 @@ class DaemonConfig:
     runsc_dir: str = ""
     runsc_global_flags: tuple[str, ...] = ()
     max_actors: int = 1
-    spec_dirs: tuple[str, ...] = DEFAULT_SPEC_DIRS
-    gpu_glob: str = DEFAULT_GPU_GLOB
-    nvproxy_driver_version: str = ""
-    nvproxy_capabilities: str = ""
+    node: NodeSettings = field(default_factory=NodeSettings)
+    gpu: GpuSettings = field(default_factory=GpuSettings)
     shutdown_grace: float = 10.0
     kill_grace: float = 5.0
     log_format: str = "json"
     log_level: str = "info"
     run_dir: str = DEFAULT_RUN_DIR
     pause_container: str = DEFAULT_PAUSE_CONTAINER
-    driver_root: str = DEFAULT_DRIVER_ROOT
-    toolkit_dir: str = DEFAULT_TOOLKIT_DIR
     runsc_timeout: float = 120.0
     metrics_listen: str = ""
     lock_wait: float = 300.0
-    gpu_placement: str = "shared"
-    proc_root: str = "/proc"
-    cuda_checkpoint: str = ""
-    cuda_checkpoint_timeout: float = 300.0
     log_max_bytes: int = 16 * 1024 * 1024
     log_retention: float = 3600.0
     env: Mapping[str, str] = field(default_factory=dict)
-
-    @property
-    def node(self) -> NodeSettings:
-        """The node's GPU settings as this daemon was told them (flag, env, default)."""
-        return NodeSettings(driver_root=self.driver_root, toolkit_dir=self.toolkit_dir,
-                            spec_dirs=self.spec_dirs, gpu_glob=self.gpu_glob)
 
     @property
     def rpc_threads(self) -> int:
@@ -123,9 +119,9 @@ _FLAGS: tuple[tuple[str, str, str, object, str], ...] = (
      "CDI spec directory (repeatable; later dirs override earlier)"),
     ("--gpu-glob", GPU_GLOB_ENV, "str", DEFAULT_GPU_GLOB,
      "the Pod has GPUs when this glob matches"),
-    ("--nvproxy-driver-version", "ATEOM_NVPROXY_DRIVER_VERSION", "str", "",
+    ("--nvproxy-driver-version", NVPROXY_DRIVER_VERSION_ENV, "str", "",
      "passed to runsc --nvproxy-driver-version when set"),
-    ("--nvproxy-capabilities", "ATEOM_NVPROXY_CAPABILITIES", "str", "",
+    ("--nvproxy-capabilities", NVPROXY_CAPABILITIES_ENV, "str", "",
      "passed to runsc --nvproxy-allowed-driver-capabilities when set"),
     ("--shutdown-grace", "ATEOM_SHUTDOWN_GRACE", "float", 10.0,
      "seconds in-flight calls get after SIGTERM before hosted actors are terminated"),
@@ -147,15 +143,16 @@ _FLAGS: tuple[tuple[str, str, str, object, str], ...] = (
      "seconds one runsc command may take before it is killed"),
     ("--metrics-listen", "ATEOM_METRICS_LISTEN", "str", "",
      "serve Prometheus metrics on HOST:PORT (off unless set)"),
-    ("--gpu-placement", "ATEOM_GPU_PLACEMENT", "str", "shared",
+    ("--gpu-placement", GPU_PLACEMENT_ENV, "str", DEFAULT_GPU_PLACEMENT,
      "how actors share the Pod's GPUs: exclusive (whole GPUs, one actor each), shared"
      " (every actor may use every GPU), shared:N (at most N actors per GPU)"),
-    ("--proc-root", "ATEOM_PROC_ROOT", "str", "/proc",
+    ("--proc-root", PROC_ROOT_ENV, "str", DEFAULT_PROC_ROOT,
      "where the NVIDIA kernel module's GPU facts are read (<root>/driver/nvidia/...)"),
-    ("--cuda-checkpoint", "ATEOM_CUDA_CHECKPOINT", "str", "",
+    ("--cuda-checkpoint", CUDA_CHECKPOINT_ENV, "str", "",
      "NVIDIA cuda-checkpoint binary for GPU checkpoints (default: looked for in the"
      " driver root's bin/, the toolkit dir, then $PATH)"),
-    ("--cuda-checkpoint-timeout", "ATEOM_CUDA_CHECKPOINT_TIMEOUT", "float", 300.0,
+    ("--cuda-checkpoint-timeout", CUDA_CHECKPOINT_TIMEOUT_ENV, "float",
+     DEFAULT_CUDA_CHECKPOINT_TIMEOUT,
      "seconds a GPU actor's checkpoint (runsc running cuda-checkpoint, then saving)"
      " may take before it is killed"),
     ("--lock-wait", "ATEOM_LOCK_WAIT", "float", 300.0,
@@ -217,8 +214,19 @@ def from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None
             value = default
         values[attr] = value
     values["runsc_global_flags"] = values.pop("runsc_global_flag")
-    values["spec_dirs"] = values.pop("spec_dir")
-    config = DaemonConfig(**values, env=dict(environ))  # type: ignore[arg-type]
+    node = NodeSettings(driver_root=values.pop("driver_root"),  # type: ignore[arg-type]
+                        toolkit_dir=values.pop("toolkit_dir"),  # type: ignore[arg-type]
+                        spec_dirs=values.pop("spec_dir"),  # type: ignore[arg-type]
+                        gpu_glob=values.pop("gpu_glob"))  # type: ignore[arg-type]
+    gpu = GpuSettings(
+        cuda_checkpoint=values.pop("cuda_checkpoint"),  # type: ignore[arg-type]
+        cuda_checkpoint_timeout=values.pop("cuda_checkpoint_timeout"),  # type: ignore[arg-type]
+        nvproxy=NvproxyOptions(values.pop("nvproxy_driver_version"),  # type: ignore[arg-type]
+                               values.pop("nvproxy_capabilities")),  # type: ignore[arg-type]
+        placement=values.pop("gpu_placement"),  # type: ignore[arg-type]
+        proc_root=values.pop("proc_root"))  # type: ignore[arg-type]
+    config = DaemonConfig(**values, node=node, gpu=gpu,  # type: ignore[arg-type]
+                          env=dict(environ))
     return check_config(config)
 
 
@@ -247,11 +255,12 @@ def check_config(config: DaemonConfig) -> DaemonConfig:
         raise bad(f"--log-level {config.log_level!r}: must be one of {', '.join(LOG_LEVELS)}")
     if config.runsc_timeout <= 0:
         raise bad(f"--runsc-timeout {config.runsc_timeout}: must be > 0")
-    parse_placement(config.gpu_placement)  # INVALID_ARGUMENT naming --gpu-placement
-    if config.cuda_checkpoint_timeout <= 0:
-        raise bad(f"--cuda-checkpoint-timeout {config.cuda_checkpoint_timeout}: must be > 0")
-    if config.cuda_checkpoint and not os.path.isabs(config.cuda_checkpoint):
-        raise bad(f"--cuda-checkpoint {config.cuda_checkpoint!r}: must be an absolute path")
+    gpu = config.gpu
+    gpu.placement_settings  # noqa: B018 -- INVALID_ARGUMENT naming --gpu-placement
+    if gpu.cuda_checkpoint_timeout <= 0:
+        raise bad(f"--cuda-checkpoint-timeout {gpu.cuda_checkpoint_timeout}: must be > 0")
+    if gpu.cuda_checkpoint and not os.path.isabs(gpu.cuda_checkpoint):
+        raise bad(f"--cuda-checkpoint {gpu.cuda_checkpoint!r}: must be an absolute path")
     if config.lock_wait < 0 or config.log_retention < 0:
         raise bad("--lock-wait and --log-retention must be >= 0")
     if config.log_max_bytes < 4096:

@@ -50,10 +50,11 @@ from ateom.daemon.sandbox.janitor import LogJanitor
 from ateom.daemon.sandbox.teardown import TeardownIncomplete
 from ateom.errors import AteomError, ErrorCode, quote
 from ateom.gpuinfo.nvidia_ctk import SpecGenerator
-from ateom.gpuinfo.placement import PlacementSnapshot, parse_placement
+from ateom.gpuinfo.placement import PlacementSnapshot
 from ateom.process.reaper import Reaper, default_reaper
 from ateom.runsc.commands import RunscError
 from ateom.runsc.probe import PROBE_TIMEOUT, RunscInfo, probe_runsc
+from ateom.settings import parse_placement
 
 log = structlog.get_logger("ateom.service")
 
@@ -75,12 +76,12 @@ class AteomService:
                                       catalog=self.catalog, injector=self.injector)
         self.bundles = BundleStore(config.actors_root, config.run_dir)
         self.hosting = Hosting(config, self.reaper, self.bundles, self.injector)
-        pool = GpuPool(parse_placement(config.gpu_placement), lambda: GpuActors.gatherer(
-            self.reaper, config.node, config.proc_root, self.environ))
-        self.gpus = GpuActors(pool, config.node, cuda_checkpoint=config.cuda_checkpoint,
-                              nvproxy_capabilities=config.nvproxy_capabilities,
+        pool = GpuPool(parse_placement(config.gpu.placement), lambda: GpuActors.gatherer(
+            self.reaper, config.node, config.gpu.proc_root, self.environ))
+        self.gpus = GpuActors(pool, config.node, cuda_checkpoint=config.gpu.cuda_checkpoint,
+                              nvproxy_capabilities=config.gpu.nvproxy.capabilities,
                               actors_root=config.actors_root, environ=self.environ,
-                              nvproxy_driver_version=config.nvproxy_driver_version)
+                              nvproxy_driver_version=config.gpu.nvproxy.driver_version)
         self.janitor = LogJanitor(
             config.log_root, max_bytes=config.log_max_bytes, retention=config.log_retention,
             hosted=lambda: [a.ref.actor_uid for a in self.actors.snapshot()])
@@ -232,7 +233,7 @@ class AteomService:
             return save.save(actor.sandbox, image, uid)
         files = save.save(actor.sandbox, image, uid, flags=gpu.flags,
                                 phase_name="cuda-checkpoint",
-                                timeout=self.config.cuda_checkpoint_timeout)
+                                timeout=self.config.gpu.cuda_checkpoint_timeout)
         record = compat_record.write(image, gpu.record, beneath=self.config.actors_root)
         return tuple(sorted({*files, os.path.relpath(record, image)}))
 

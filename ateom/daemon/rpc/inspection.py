@@ -36,11 +36,11 @@ from ateom.daemon.lifecycle.config import DaemonConfig
 from ateom.daemon.lifecycle.service import AteomService
 from ateom.daemon.rpc.handler import rpc
 from ateom.doctor import DoctorConfig, Report, run_doctor
-from ateom.doctor.gather import reaper_runner
 from ateom.errors import AteomError, ErrorCode
 from ateom.gpuinfo.compat import runsc_remaps_gpus
 from ateom.gpuinfo.placement import PlacementSnapshot
 from ateom.process.reaper import Reaper
+from ateom.process.runner import reaper_runner
 from ateom.runsc.probe import RunscInfo
 
 
@@ -73,19 +73,9 @@ class DaemonStatus:
 def doctor_config(config: DaemonConfig, spec_dirs: Sequence[str]) -> DoctorConfig:
     """The doctor settings for a running daemon (pure): what it was told by flag or
     environment, and the spec dirs it actually uses (a generated spec's included)."""
-    return DoctorConfig(
-        gpu_glob=config.gpu_glob,
-        driver_root=config.driver_root,
-        toolkit_dir=config.toolkit_dir,
-        spec_dirs=tuple(spec_dirs),
-        runsc=config.runsc,
-        nvproxy_driver_version=config.nvproxy_driver_version,
-        nvproxy_capabilities=config.nvproxy_capabilities,
-        cuda_checkpoint=config.cuda_checkpoint,
-        gpu_placement=config.gpu_placement,
-        max_actors=config.max_actors,
-        proc_root=config.proc_root,
-    )
+    node = dataclasses.replace(config.node, spec_dirs=tuple(spec_dirs))
+    return DoctorConfig(node=node, gpu=config.gpu, runsc=config.runsc,
+                        max_actors=config.max_actors)
 
 
 class Inspector:

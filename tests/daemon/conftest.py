@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from ateom.daemon.calls.refusals import REFUSAL_OBSERVERS
 from tests.daemon.harness import (
     DEFAULT_RELEASE,
     RELEASES,
@@ -88,3 +89,15 @@ def clean(request: pytest.FixtureRequest) -> Iterator[None]:
     for uid_dir in Path(state_root).glob("*"):
         assert not runsc_processes(str(uid_dir))
     assert dev_null_ok(), "/dev/null lost root:root 0666"
+
+
+@pytest.fixture
+def refusals() -> list[tuple[str, str]]:
+    seen: list[tuple[str, str]] = []
+
+    def observe(kind: str, reason: str) -> None:
+        seen.append((kind, reason))
+
+    REFUSAL_OBSERVERS.append(observe)
+    yield seen
+    REFUSAL_OBSERVERS.remove(observe)

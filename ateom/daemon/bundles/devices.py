@@ -10,11 +10,19 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+import structlog
+
 from ateom.cdi.model import Resolution
 from ateom.cdi.names import parse_qualified_name
+from ateom.cdi.registry import Registry
+from ateom.daemon.calls import refusals
 from ateom.daemon.calls.requests import ContainerRequest, DevicePolicy
 from ateom.errors import AteomError, ErrorCode
+from ateom.gpuinfo.mps import REFUSAL_REASON as MPS_REFUSAL
+from ateom.gpuinfo.mps import MpsRefused, check_no_mps
 from ateom.runsc.probe import RunscInfo
+
+log = structlog.get_logger("ateom.devices")
 
 GPU_KIND = "nvidia.com/gpu"
 PROXIED_VENDOR = "nvidia.com"
@@ -132,3 +140,26 @@ def check_nvproxy_driver(info: RunscInfo, driver: str) -> None:
         f" (the ABI closest to the node's driver) or install a newer runsc",
         code=ErrorCode.FAILED_PRECONDITION,
     )
+
+
+def resolve_for_gvisor(container: str, names: Sequence[str], registry: Registry,
+                       info: RunscInfo) -> Resolution:
+    """The one resolve step a container's devices go through, for RunWorkload and
+    Inspect/PlanInjection alike (reads the registry's specs): only devices gVisor
+    can proxy, resolved, the resolution checked, no MPS, a runsc with nvproxy.
+
+    One function so an operator's dry run refuses exactly what a Run would.
+    """
+    check_gvisor_devices(container, names)
+    resolution = registry.resolve(list(names))
+    check_resolution_for_gvisor(container, resolution)
+    # MPS clients talk to a host daemon through a pipe dir: gVisor cannot.
+    try:
+        verdict = check_no_mps(container, resolution)
+    except MpsRefused:
+        refusals.refused("mps", MPS_REFUSAL)
+        raise
+    for finding in verdict.findings:
+        log.info("mps_edit_not_used", container=container, finding=finding.describe())
+    check_nvproxy(info)  # before any library is read
+    return resolution

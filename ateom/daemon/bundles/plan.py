@@ -28,12 +28,10 @@ from ateom.cdi.model import Resolution
 from ateom.cdi.registry import Registry
 from ateom.daemon.bundles import confine, devices, edits
 from ateom.daemon.bundles.catalog import DeviceCatalog
-from ateom.daemon.calls import refusals, validation
+from ateom.daemon.calls import validation
 from ateom.daemon.calls.phases import phase
 from ateom.daemon.calls.requests import ActorDirs, ContainerRequest, DevicePolicy
 from ateom.errors import AteomError, ErrorCode, quote
-from ateom.gpuinfo.mps import REFUSAL_REASON as MPS_REFUSAL
-from ateom.gpuinfo.mps import MpsRefused, check_no_mps
 from ateom.gpuinfo.record import edits_digest as digest_of_edits
 from ateom.inject.injector import InjectionPlan, plan_injection, stage_links
 from ateom.inject.options import InjectOptions, gvisor_nvidia_options
@@ -283,17 +281,6 @@ class SandboxPlanner:
         host facts)."""
         registry = ctx.devices.registry
         assert registry is not None
-        devices.check_gvisor_devices(name, names)
-        resolution = registry.resolve(list(names))
-        devices.check_resolution_for_gvisor(name, resolution)
-        # MPS clients talk to a host daemon through a pipe dir: gVisor cannot.
-        try:
-            verdict = check_no_mps(name, resolution)
-        except MpsRefused:
-            refusals.refused("placement", MPS_REFUSAL)
-            raise
-        for finding in verdict.findings:
-            log.info("mps_edit_not_used", container=name, finding=finding.describe())
-        devices.check_nvproxy(ctx.info)  # before reading any library
+        resolution = devices.resolve_for_gvisor(name, names, registry, ctx.info)
         with phase("inject.plan", container=name):
             return self.injector.plan(bundle, resolution, config), resolution

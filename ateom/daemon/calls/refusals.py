@@ -1,7 +1,7 @@
 """Refusals the daemon makes, as events other parts may count (the metrics do).
 
 A refusal is a request ateom turned down on purpose, with a reason slug:
-`kind` says which decision ("placement", "checkpoint", "restore"), `reason`
+`kind` says which decision ("placement", "mps", "checkpoint", "restore"), `reason`
 why (e.g. "too_few_free", "no_cuda_checkpoint", "driver_changed"). Observers
 must be cheap and must not raise; the daemon calls them on the RPC thread.
 """

@@ -162,9 +162,8 @@ class Inspector:
         registry = self.catalog.registry()
         chosen = tuple(names) or self.catalog.pod_default(registry)
         container = os.path.basename(bundle_dir)
-        devices.check_gvisor_devices(container, chosen)
-        resolution = registry.resolve(list(chosen))
-        devices.check_resolution_for_gvisor(container, resolution)
+        resolution = devices.resolve_for_gvisor(container, chosen, registry,
+                                                self.probe(self.config.runsc))
         config = read_bundle_config(bundle_dir, container, root)
         return chosen, self.injector.plan(bundle_dir, resolution, config).diff()
 

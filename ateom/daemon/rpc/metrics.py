@@ -106,7 +106,7 @@ class Metrics:
             buckets=PHASE_BUCKETS,
             registry=self.registry,
         )
-        # kind: "placement", "checkpoint", "restore"; reason: a slug the daemon
+        # kind: "placement", "mps", "checkpoint", "restore"; reason: a slug the daemon
         # names (ateom.daemon.calls.refusals): both bounded, so the label set is too.
         self.refusals = Counter(
             "refusals",

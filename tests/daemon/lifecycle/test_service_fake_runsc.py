@@ -655,7 +655,7 @@ def test_calls_for_one_actor_are_serialized(make_world) -> None:  # type: ignore
 
 
 def test_plan_injection_reads_only_and_names_its_fields(make_world) -> None:  # type: ignore[no-untyped-def]
-    w = make_world()
+    w = make_world(fake_kw={"global_flags": ["nvproxy"]})  # GPU devices: a runsc with nvproxy
     bundle = w.bundles("pl", "app") / "app"
     before = (bundle / "config.json").read_bytes()
     inspector = Inspector.for_service(w.service)

@@ -266,7 +266,7 @@ def test_generated_code_is_reproducible(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    repo = Path(__file__).resolve().parents[2]
+    repo = Path(__file__).resolve().parents[3]
     subprocess.run([sys.executable, "-m", "grpc_tools.protoc", "-I", str(repo / "proto"),
                     f"--python_out={tmp_path}", str(repo / "proto" / "ateom.proto")], check=True)
     assert (tmp_path / "ateom_pb2.py").read_text() == (

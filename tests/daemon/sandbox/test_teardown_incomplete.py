@@ -14,7 +14,7 @@ from ateom.daemon.calls.requests import ActorRef, CheckpointRequest, TerminateRe
 from ateom.daemon.sandbox import teardown
 from ateom.daemon.sandbox.teardown import TeardownIncomplete
 from ateom.errors import ErrorCode
-from tests.daemon.test_service_fake_runsc import gpu_spec_dir, make_world  # noqa: F401
+from tests.daemon.lifecycle.test_service_fake_runsc import gpu_spec_dir, make_world  # noqa: F401
 
 STAYED = ["/run/ateom/actors/x/null-netns (umount: Device or resource busy)"]
 

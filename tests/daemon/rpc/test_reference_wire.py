@@ -23,7 +23,7 @@ from google.protobuf import descriptor_pool, message_factory
 from ateom._proto import ateom_pb2 as pb
 from ateom.daemon.calls.requests import ActorRef, StatsSample
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 OURS = REPO / "proto" / "ateom.proto"
 # The node agent's proto, kept as test data (tests/fixtures/reference/PROVENANCE.md).
 REFERENCE = REPO / "tests" / "fixtures" / "reference" / "ateom.proto"

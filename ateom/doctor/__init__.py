@@ -8,9 +8,10 @@
 (and NVIDIA MPS in it), runsc, a dry-run injection and cuda-checkpoint, and
 writes down `Facts`; `judge` (the core) turns facts into one
 PASS/WARN/FAIL/SKIP `CheckResult` per check, each with the fix. The daemon's
-``ateom.Inspect/Doctor`` RPC (`ateom.daemon.rpc.inspection`) calls `run_doctor(config, environ,
-reaper_runner(reaper))` (`ateom.doctor.gather.reaper_runner`), so the
-daemon's reaper stays the only one waiting on its children.
+``ateom.Inspect/Doctor`` RPC (`ateom.daemon.rpc.inspection`) calls
+`run_doctor(config, environ, reaper_runner(reaper))`
+(`ateom.process.runner.reaper_runner`), so the daemon's reaper stays the
+only one waiting on its children.
 """
 
 from __future__ import annotations

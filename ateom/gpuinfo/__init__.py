@@ -7,6 +7,11 @@
   (``ateom-compat.json``) and its strict parser.
 - `compat`: may a checkpoint be restored here, and onto which GPUs.
 - `cuda_checkpoint`: find and probe NVIDIA's cuda-checkpoint and judge the driver.
+- `placement`: the pure GPU placer (which actor holds which of the Pod's
+  GPUs; exclusive or shared), the daemon's `gpus.pool` books through it.
+- `nvidia_ctk`: generating a CDI spec with NVIDIA's nvidia-ctk when the node
+  has GPUs but no spec.
+- `mps`: NVIDIA MPS in a CDI spec, which gVisor actors cannot use.
 
 Pure cores, thin gatherers: every judgement is a function over facts, so it
 is tested without a GPU; `tests.support.gpu_node` simulates a GPU node for

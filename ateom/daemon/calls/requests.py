@@ -92,12 +92,28 @@ class SnapshotScope(enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
-class RunRequest:
+class ActorCall:
+    """What Run, Checkpoint and Restore each name: the actor, its dirs, its
+    containers, the runsc to use and its runtime assets. Held once here, so the
+    three requests (and their wire builders) cannot drift apart."""
+
     actor: ActorRef
     dirs: ActorDirs
     containers: tuple[ContainerRequest, ...] = ()
     runsc_path: str = ""
     runtime_asset_paths: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotCall(ActorCall):
+    """A call about a snapshot (Checkpoint, Restore): where it is and what it holds."""
+
+    snapshot_uri: str = ""
+    scope: SnapshotScope = SnapshotScope.UNSPECIFIED
+
+
+@dataclass(frozen=True, slots=True)
+class RunRequest(ActorCall):
     egress_gateway: str | None = None  # None = field absent
     cpu_milli: int = 0
     memory_bytes: int = 0
@@ -105,30 +121,18 @@ class RunRequest:
 
 
 @dataclass(frozen=True, slots=True)
-class CheckpointRequest:
-    actor: ActorRef
-    dirs: ActorDirs
-    containers: tuple[ContainerRequest, ...] = ()
-    runsc_path: str = ""
-    snapshot_uri: str = ""
-    runtime_asset_paths: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
-    scope: SnapshotScope = SnapshotScope.UNSPECIFIED
+class CheckpointRequest(SnapshotCall):
+    pass
 
 
 @dataclass(frozen=True, slots=True)
-class RestoreRequest:
-    actor: ActorRef
-    dirs: ActorDirs
-    containers: tuple[ContainerRequest, ...] = ()
-    runsc_path: str = ""
-    snapshot_uri: str = ""
-    runtime_asset_paths: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
-    scope: SnapshotScope = SnapshotScope.UNSPECIFIED
+class RestoreRequest(SnapshotCall):
+    # How the restored sandbox boots, as a Run's (a restore boots it anew).
     egress_gateway: str | None = None
     cpu_milli: int = 0
     memory_bytes: int = 0
-    preserve_restore_dir: bool = False
     gpus: GpuWish | None = None  # for a checkpoint without a GPU record
+    preserve_restore_dir: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,1 +1,3 @@
-"""TODO."""
+"""The daemon's gRPC surface: `wire` (protobuf <-> plain requests), `handler` (every
+RPC's logging, error codes and observers), `server` (servicer, health, TLS,
+drain), `inspection` (the operator's Inspect service), `metrics` (Prometheus)."""

@@ -150,18 +150,36 @@ def _scope(value: int) -> SnapshotScope:
         raise validation.invalid(f"scope {value}: unknown SnapshotScope") from None
 
 
+def _call(msg: pb.RunWorkloadRequest | pb.CheckpointWorkloadRequest
+          | pb.RestoreWorkloadRequest) -> dict[str, Any]:
+    """`ActorCall`'s fields, as every lifecycle request carries them."""
+    return {"actor": actor_ref(msg), "dirs": actor_dirs(msg.actor_dirs),
+            "containers": _containers(msg.spec), "runsc_path": msg.runsc_path,
+            "runtime_asset_paths": dict(msg.runtime_asset_paths)}
+
+
+def _snapshot(msg: pb.CheckpointWorkloadRequest | pb.RestoreWorkloadRequest) -> dict[str, Any]:
+    """`SnapshotCall`'s own fields."""
+    return {"snapshot_uri": msg.snapshot_uri, "scope": _scope(msg.scope)}
+
+
+def _boot(msg: pb.RunWorkloadRequest | pb.RestoreWorkloadRequest) -> dict[str, Any]:
+    """How a sandbox boots, as Run and Restore both say it."""
+    return {"egress_gateway": _egress(msg), "cpu_milli": msg.cpu_milli,
+            "memory_bytes": msg.memory_bytes, "gpus": _gpus(msg)}
+
+
 def run_request(msg: pb.RunWorkloadRequest) -> RunRequest:
-    return RunRequest(
-        actor=actor_ref(msg),
-        dirs=actor_dirs(msg.actor_dirs),
-        containers=_containers(msg.spec),
-        runsc_path=msg.runsc_path,
-        runtime_asset_paths=dict(msg.runtime_asset_paths),
-        egress_gateway=_egress(msg),
-        cpu_milli=msg.cpu_milli,
-        memory_bytes=msg.memory_bytes,
-        gpus=_gpus(msg),
-    )
+    return RunRequest(**_call(msg), **_boot(msg))
+
+
+def checkpoint_request(msg: pb.CheckpointWorkloadRequest) -> CheckpointRequest:
+    return CheckpointRequest(**_call(msg), **_snapshot(msg))
+
+
+def restore_request(msg: pb.RestoreWorkloadRequest) -> RestoreRequest:
+    return RestoreRequest(**_call(msg), **_snapshot(msg), **_boot(msg),
+                          preserve_restore_dir=msg.preserve_restore_dir)
 
 
 def _gpus(msg: pb.RunWorkloadRequest | pb.RestoreWorkloadRequest) -> GpuWish | None:
@@ -169,34 +187,6 @@ def _gpus(msg: pb.RunWorkloadRequest | pb.RestoreWorkloadRequest) -> GpuWish | N
         return None
     return GpuWish(count=msg.gpus.count, names=tuple(msg.gpus.names))
 
-
-def checkpoint_request(msg: pb.CheckpointWorkloadRequest) -> CheckpointRequest:
-    return CheckpointRequest(
-        actor=actor_ref(msg),
-        dirs=actor_dirs(msg.actor_dirs),
-        containers=_containers(msg.spec),
-        runsc_path=msg.runsc_path,
-        snapshot_uri=msg.snapshot_uri,
-        runtime_asset_paths=dict(msg.runtime_asset_paths),
-        scope=_scope(msg.scope),
-    )
-
-
-def restore_request(msg: pb.RestoreWorkloadRequest) -> RestoreRequest:
-    return RestoreRequest(
-        actor=actor_ref(msg),
-        dirs=actor_dirs(msg.actor_dirs),
-        containers=_containers(msg.spec),
-        runsc_path=msg.runsc_path,
-        snapshot_uri=msg.snapshot_uri,
-        runtime_asset_paths=dict(msg.runtime_asset_paths),
-        scope=_scope(msg.scope),
-        egress_gateway=_egress(msg),
-        cpu_milli=msg.cpu_milli,
-        memory_bytes=msg.memory_bytes,
-        preserve_restore_dir=msg.preserve_restore_dir,
-        gpus=_gpus(msg),
-    )
 
 
 def terminate_request(msg: pb.TerminateWorkloadRequest) -> TerminateRequest:

@@ -1,0 +1,87 @@
+"""The record a GPU checkpoint carries, as the daemon uses it (`gpus.compat_record`):
+written and read back beside the image, and the restore placement it implies —
+FAILED_PRECONDITION when this worker never can, RESOURCE_EXHAUSTED when its GPUs are
+only held, and each container's devices renamed onto the GPUs it lands on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ateom.daemon.gpus import compat_record
+from ateom.daemon.gpus.pool import GpuPool
+from ateom.errors import AteomError, ErrorCode
+from ateom.gpuinfo.inventory import GpuFacts, WorkerGpus
+from ateom.gpuinfo.placement import GpuRequest, PlacementRefused
+from ateom.gpuinfo.record import ContainerDevices, build_record
+from ateom.runsc.probe import RunscInfo
+from ateom.settings import parse_placement
+
+INFO = RunscInfo("/usr/bin/runsc", "release-20260817.0", frozenset({"nvproxy"}))
+DRIVER = "580.95.05"
+
+
+def _gpu(index: int) -> GpuFacts:
+    return GpuFacts(index=index, minor=index, uuid=f"GPU-{index:08d}-1111-2222-3333-444444444444",
+                    name="NVIDIA H200", pci_bus_id=f"0000:{index + 16:02x}:00.0",
+                    pci_vendor_id=0x10DE, pci_device_id=0x2335, memory_mib=143771)
+
+
+def _pool(gpus: int) -> tuple[GpuPool, tuple[str, ...]]:
+    worker = WorkerGpus(DRIVER, tuple(_gpu(i) for i in range(gpus)))
+    return (GpuPool(parse_placement("exclusive"), lambda: worker),
+            tuple(f"nvidia.com/gpu={i}" for i in range(gpus)))
+
+
+RECORD = build_record(runsc=compat_record.runsc_build(INFO), driver_version=DRIVER,
+                      gpus=[_gpu(0), _gpu(1)],
+                      containers=[ContainerDevices("app", ("nvidia.com/gpu=0", "nvidia.com/gpu=1"),
+                                                   "sha256:" + "0" * 64)])
+
+
+def test_the_record_is_written_beside_the_image_and_read_back(tmp_path: Path) -> None:
+    image = tmp_path / "ckpt"
+    image.mkdir()
+    assert compat_record.read(str(image), beneath=str(tmp_path)) is None  # a CPU checkpoint
+    written = compat_record.write(str(image), RECORD, beneath=str(tmp_path))
+    assert Path(written).parent == image
+    assert compat_record.read(str(image), beneath=str(tmp_path)) == RECORD
+
+
+def test_a_fitting_worker_books_free_gpus_and_renames_each_containers_devices(
+        refusals: list[tuple[str, str]]) -> None:
+    pool, names = _pool(4)
+    pool.place("other", GpuRequest.at_indices([0]), names)  # GPU 0 taken: land elsewhere
+    granted, per_container = compat_record.place(RECORD, pool, "g", INFO, names,
+                                                 nvproxy_capabilities="")
+    assert granted == ("nvidia.com/gpu=1", "nvidia.com/gpu=2")
+    # The saved GPU 1 stays in its slot; the saved GPU 0 moves to the free GPU 2.
+    assert per_container == {"app": ("nvidia.com/gpu=2", "nvidia.com/gpu=1")}
+    assert pool.held_by("g") == granted and refusals == []
+
+
+def test_gpus_only_held_by_others_are_resource_exhausted_naming_the_holders(
+        refusals: list[tuple[str, str]]) -> None:
+    pool, names = _pool(2)
+    pool.place("other", GpuRequest.at_indices([1]), names)
+    with pytest.raises(PlacementRefused) as err:
+        compat_record.place(RECORD, pool, "g", INFO, names, nvproxy_capabilities="")
+    assert err.value.code is ErrorCode.RESOURCE_EXHAUSTED  # waiting helps
+    assert "nvidia.com/gpu=1 held by other" in str(err.value)
+    assert refusals == [("placement", "too_few_free")] and pool.held_by("g") == ()
+
+
+@pytest.mark.parametrize(("gpus", "capabilities", "field", "says"), [
+    (1, "", "gpus", "GPU"),  # fewer GPUs of the model on this worker in all
+    (4, "compute,utility", "nvproxy_capabilities", "compute,utility"),
+])
+def test_a_worker_that_never_fits_is_failed_precondition_counted_as_restore(
+        refusals: list[tuple[str, str]], gpus: int, capabilities: str, field: str,
+        says: str) -> None:
+    pool, names = _pool(gpus)
+    with pytest.raises(AteomError) as err:
+        compat_record.place(RECORD, pool, "g", INFO, names,
+                            nvproxy_capabilities=capabilities)
+    assert err.value.code is ErrorCode.FAILED_PRECONDITION and says in str(err.value)
+    assert refusals == [("restore", field)] and pool.held_by("g") == ()

@@ -134,3 +134,11 @@ def test_ateom_imports_clean_with_any_of_its_directories_first_on_the_path(first
     run = subprocess.run([sys.executable, "-m", "ateom", "--help"], env=env, cwd="/",
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr[-2000:]
+
+
+def test_the_daemons_tests_mirror_its_sub_packages() -> None:
+    daemon = PACKAGE / "daemon"
+    packages = sorted(p.name for p in daemon.iterdir() if (p / "__init__.py").exists())
+    tests = ROOT / "tests" / "daemon"
+    missing = [p for p in packages if not list((tests / p).glob("test_*.py"))]
+    assert packages and not missing, f"no tests/daemon/<package>/test_*.py for {missing}"

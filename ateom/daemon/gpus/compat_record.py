@@ -12,11 +12,11 @@ At restore, before any runsc call, the record is compared with this worker
 another runsc build, another GPU model or too few GPUs of the model on this
 worker in all each refuse the Restore with FAILED_PRECONDITION naming the
 checkpoint's value and the worker's; GPUs this worker has but other actors
-hold are the placer's RESOURCE_EXHAUSTED (waiting helps). When it fits, the actor is placed on exactly the GPUs the verdict
-maps the saved ones onto (the same slots when this runsc cannot remap), and
-each container gets back its own devices, renamed onto those GPUs. A
-checkpoint without a record (CPU-only, or from before records) restores as
-it always did.
+hold are the placer's RESOURCE_EXHAUSTED (waiting helps). When it fits, the
+actor is placed on exactly the GPUs the verdict maps the saved ones onto (the
+same slots when this runsc cannot remap), and each container gets back its own
+devices, renamed onto those GPUs. A checkpoint without a record (CPU-only,
+or from before records) restores as it always did.
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ from ateom.gpuinfo.record import CompatRecord
 from ateom.process.reaper import Reaper
 from ateom.process.runner import reaper_runner
 from ateom.runsc.probe import RunscInfo
-from ateom.settings import NodeSettings
+from ateom.settings import GpuSettings, NodeSettings
 
 log = structlog.get_logger("ateom.gpu_actors")
 
@@ -48,14 +48,11 @@ class GpuSave:
 
 
 class GpuActors:
-    def __init__(self, pool: GpuPool, node: NodeSettings, *, cuda_checkpoint: str,
-                 nvproxy_capabilities: str, actors_root: str,
-                 environ: Mapping[str, str], nvproxy_driver_version: str = "") -> None:
+    def __init__(self, pool: GpuPool, node: NodeSettings, gpu: GpuSettings, *,
+                 actors_root: str, environ: Mapping[str, str]) -> None:
         self.pool = pool
         self.node = node
-        self.configured_tool = cuda_checkpoint
-        self.capabilities = nvproxy_capabilities
-        self.nvproxy_driver_version = nvproxy_driver_version
+        self.settings = gpu
         self.actors_root = actors_root
         self.path_env = environ.get("PATH", os.defpath)
 
@@ -86,7 +83,7 @@ class GpuActors:
                                  code=ErrorCode.FAILED_PRECONDITION)
             names, per_container = compat_record.place(
                 record, self.pool, uid, info, view.pod_gpus,
-                nvproxy_capabilities=self.capabilities)
+                nvproxy_capabilities=self.settings.nvproxy.capabilities)
             return view.granted(names, per_container)
         request = request_for(req.gpus, req.containers)
         if request.count == 0:
@@ -96,7 +93,7 @@ class GpuActors:
     def tool(self) -> tuple[str, tuple[str, ...]]:
         """The worker's cuda-checkpoint (stats candidates): path or "", where looked."""
         return checkpoint_policy.locate_tool(
-            self.configured_tool, driver_root=self.node.driver_root,
+            self.settings.cuda_checkpoint, driver_root=self.node.driver_root,
             toolkit_dir=self.node.toolkit_dir, path_env=self.path_env)
 
     def tool_searched(self) -> str:
@@ -108,7 +105,7 @@ class GpuActors:
         inventory once); counted as refusal `kind` ("run", "restore")."""
         if view.registry is None or not view.pod_default:
             return
-        driver = self.nvproxy_driver_version or self.pool.worker().driver_version
+        driver = self.settings.nvproxy.driver_version or self.pool.worker().driver_version
         try:
             devices.check_nvproxy_driver(info, driver)
         except AteomError:
@@ -172,7 +169,7 @@ class GpuActors:
         info = actor.sandbox.runsc.target.info
         try:
             record = compat_record.record_for(actor.sandbox, self.pool, info, gpus,
-                                           nvproxy_capabilities=self.capabilities)
+                                           nvproxy_capabilities=self.settings.nvproxy.capabilities)
         except AteomError as exc:
             refusals.refused("checkpoint", "gpu_facts_unknown")
             raise AteomError(f"actor {uid} cannot be checkpointed, it keeps running: {exc}",

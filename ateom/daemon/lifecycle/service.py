@@ -78,10 +78,8 @@ class AteomService:
         self.hosting = Hosting(config, self.reaper, self.bundles, self.injector)
         pool = GpuPool(parse_placement(config.gpu.placement), lambda: GpuActors.gatherer(
             self.reaper, config.node, config.gpu.proc_root, self.environ))
-        self.gpus = GpuActors(pool, config.node, cuda_checkpoint=config.gpu.cuda_checkpoint,
-                              nvproxy_capabilities=config.gpu.nvproxy.capabilities,
-                              actors_root=config.actors_root, environ=self.environ,
-                              nvproxy_driver_version=config.gpu.nvproxy.driver_version)
+        self.gpus = GpuActors(pool, config.node, config.gpu, actors_root=config.actors_root,
+                              environ=self.environ)
         self.janitor = LogJanitor(
             config.log_root, max_bytes=config.log_max_bytes, retention=config.log_retention,
             hosted=lambda: [a.ref.actor_uid for a in self.actors.snapshot()])

@@ -44,6 +44,7 @@ import time
 from pathlib import Path
 
 import grpc
+from attribution import calls, summary
 from turns_actors import Turns, stats_ms, wait_text  # this dir: puts REPO on sys.path
 
 from ateom._proto import ateom_pb2 as pb  # noqa: E402
@@ -93,6 +94,7 @@ def main() -> int:
                                 sides[side].append(turns.alone_turn(template.name, template,
                                                                     kind))
                     report(results, kind, size, sides)
+                    attribute(results, turns, kind, size)
             if args.concurrent:
                 concurrent(turns, results, args.concurrent, 256, args.n)
             if "gpu" in kinds:
@@ -225,6 +227,18 @@ def report(results: dict[str, object], kind: str, size: int,
     row["checkpoint_mb_s"] = round(mib * 1.048576 / secs, 1)
     print(f"{kind} {size:5d} MiB image {mib:.1f} MiB, checkpoint {row['checkpoint_mb_s']} MB/s")
     results[f"{kind}-{size}"] = row
+
+
+def attribute(results: dict[str, object], turns: Turns, kind: str, size: int) -> None:
+    """Where each of this actor's RPCs spent its time, by the daemon's phases."""
+    rows = summary(calls(turns.daemon.log_events()), actor=f"a{kind}{size}")
+    for rpc, row in rows.items():
+        top = sorted(row["phases_ms"].items(), key=lambda kv: -kv[1])[:5]
+        print(f"{kind} {size:5d} MiB {rpc.split('.')[-1]:18} wall {row['wall_ms']:8.1f} ms, "
+              f"unattributed {row['unattributed_ms']:.2f} ms ({row['unattributed_pct_median']}% "
+              f"median, {row['unattributed_pct_max']}% worst): "
+              + ", ".join(f"{n} {ms}" for n, ms in top))
+    results[f"{kind}-{size}-attribution"] = rows
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from tests.daemon.harness import (
     release_options,
     runsc_processes,
 )
+from tests.daemon.service_world import gpu_spec_dir, make_world  # noqa: F401 (fixtures)
 
 needs_runsc = pytest.mark.skipif(
     os.geteuid() != 0 or RUNSC is None or shutil.which("gcc") is None

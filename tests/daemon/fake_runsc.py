@@ -63,6 +63,24 @@ SLOW = FAIL.replace("fail.txt", "slow.txt")
 if os.path.exists(SLOW) and key in open(SLOW).read().split("\n"):
     import time
     time.sleep(0.5)
+# A rendezvous: each call listed waits until every listed call has started, so
+# the calls finish only if whoever runs them lets them run at once (within the
+# time given, else it fails, naming the calls it never saw start).
+MEET = FAIL.replace("fail.txt", "meet.txt")
+if os.path.exists(MEET) and key in open(MEET).read().split("\n"):
+    import time
+    meet = [k for k in open(MEET).read().split("\n") if k and not k.startswith("within ")]
+    within = float(open(MEET).read().split("\n")[0].split()[1])
+    mark = lambda k: MEET + "." + k.replace(" ", "_")
+    open(mark(key), "w").close()
+    deadline = time.monotonic() + within
+    while not all(os.path.exists(mark(k)) for k in meet):
+        if time.monotonic() > deadline:
+            missing = [k for k in meet if not os.path.exists(mark(k))]
+            print("fake runsc: " + key + " waited %g s for " % within + ", ".join(missing)
+                  + " to start beside it", file=sys.stderr)
+            sys.exit(1)
+        time.sleep(0.01)
 fails = open(FAIL).read().split("\n") if os.path.exists(FAIL) else []
 if key in fails:
     msg = "fake runsc: " + key + " failed: boom marker"
@@ -136,6 +154,12 @@ class FakeRunsc:
     def slow(self, *calls: str) -> None:
         """These calls take 0.5 s."""
         (self.fail_file.parent / "slow.txt").write_text("\n".join(calls) + "\n")
+
+    def meet(self, *calls: str, within: float = 10.0) -> None:
+        """These calls each wait (up to `within` s) until all of them have started:
+        they succeed only when run at the same time."""
+        (self.fail_file.parent / "meet.txt").write_text(
+            "\n".join([f"within {within}", *calls]) + "\n")
 
     def calls(self) -> list[list[str]]:
         """Recorded argv (after the binary), probes excluded."""

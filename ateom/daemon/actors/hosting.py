@@ -13,7 +13,6 @@ of them.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
 from collections.abc import Sequence
@@ -98,7 +97,7 @@ class Hosting:
         for c in containers:
             sandbox.applied.append(c)
             context = (phase("inject", container=c.name, devices=list(c.devices))
-                       if c.injection is not None else contextlib.nullcontext())
+                       if c.injection is not None else phase("bundle.write", container=c.name))
             with context:
                 self.store.apply(uid, c, self.injector.stage)
 
@@ -139,7 +138,8 @@ class Hosting:
         try:
             teardown(sandbox.runsc, sandbox.plan.runsc_ids, grace, ask_runsc=ask_runsc)
         finally:
-            self.store.give_back(actor.ref.actor_uid, sandbox.applied)
+            with phase("bundles.give_back"):
+                self.store.give_back(actor.ref.actor_uid, sandbox.applied)
             sandbox.applied.clear()
             if actor.sandbox_pid:
                 self.reaper.unwatch(actor.sandbox_pid)

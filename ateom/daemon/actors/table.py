@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from ateom.daemon.calls import deadline
+from ateom.daemon.calls.phases import phase
 from ateom.daemon.calls.requests import ActorRef
 from ateom.daemon.sandbox.boot import Sandbox
 from ateom.errors import AteomError, ErrorCode
@@ -96,7 +97,7 @@ class ActorTable:
         """Reserve a slot for a new actor (Run/Restore), already locked by the caller's thread."""
         with self._lock:
             current = self._actors.get(ref.actor_uid)
-            phase = next_phase(current.phase if current else None, op, ref.actor_uid)
+            first = next_phase(current.phase if current else None, op, ref.actor_uid)
             hosted = self._counted()
             if hosted >= self.max_actors:
                 raise AteomError(
@@ -104,7 +105,7 @@ class ActorTable:
                     f" {hosted}/{self.max_actors} actor(s)",
                     code=ErrorCode.RESOURCE_EXHAUSTED,
                 )
-            actor = Actor(ref=ref, phase=phase)
+            actor = Actor(ref=ref, phase=first)
             actor.lock.acquire()
             self._actors[ref.actor_uid] = actor
             return actor
@@ -156,7 +157,9 @@ class ActorTable:
         if actor is None:
             next_phase(None, op, uid)  # raises NOT_FOUND
             raise AssertionError("unreachable")
-        if not actor.lock.acquire(timeout=deadline.wait_limit(max_wait)):
+        with phase("lock.wait"):  # its own phase: time queued behind another call
+            got = actor.lock.acquire(timeout=deadline.wait_limit(max_wait))
+        if not got:
             deadline.check(f"actor {uid}: {op.value}")
             raise AteomError(
                 f"actor {uid}: another call has held it for over {max_wait:g} s;"

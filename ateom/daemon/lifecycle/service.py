@@ -148,7 +148,8 @@ class AteomService:
                                          memory_bytes=req.memory_bytes)
             self.hosting.host(actor, plan, self.hosting.runsc_for(uid, info, gpu=plan.gpu), image)
             if image is not None and discard_image:
-                shutil.rmtree(image, ignore_errors=True)
+                with phase("image.discard"):
+                    shutil.rmtree(image, ignore_errors=True)
             return plan
         except BaseException:
             self.gpus.release(uid)
@@ -202,7 +203,8 @@ class AteomService:
                 self._allowed_runsc(req.runsc_path)
                 validation.check_dirs_on_disk(req.dirs, self.config.actors_root)
             with self.actors.operate(uid, Op.CHECKPOINT, max_wait=self.config.lock_wait) as actor:
-                gpu = self.gpus.prepare_save(actor)  # refusals: before the sandbox is touched
+                with phase("gpu.prepare"):  # refusals: before the sandbox is touched
+                    gpu = self.gpus.prepare_save(actor)
                 image = req.dirs.checkpoint_dir
                 save.make_image_dir(image)
                 try:
@@ -232,7 +234,8 @@ class AteomService:
         files = save.save(actor.sandbox, image, uid, flags=gpu.flags,
                                 phase_name="cuda-checkpoint",
                                 timeout=self.config.gpu.cuda_checkpoint_timeout)
-        record = compat_record.write(image, gpu.record, beneath=self.config.actors_root)
+        with phase("record.write"):
+            record = compat_record.write(image, gpu.record, beneath=self.config.actors_root)
         return tuple(sorted({*files, os.path.relpath(record, image)}))
 
     def terminate_workload(self, req: TerminateRequest) -> None:

@@ -14,6 +14,7 @@ status code name, seconds).
 from __future__ import annotations
 
 import functools
+import itertools
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -32,6 +33,10 @@ log = structlog.get_logger("ateom.rpc")
 RPC_OBSERVERS: list[Callable[[str, str, float], None]] = []
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+# Each call's number, on every line it logs: what groups a call's phases with
+# its ``rpc`` event, where calls on other threads interleave in the log.
+_CALLS = itertools.count(1)
 
 # gRPC carries the status message in trailing metadata, which peers cap (8 KiB
 # by default): a longer one turns the answer into "metadata size exceeds hard
@@ -56,7 +61,7 @@ def rpc(method: str) -> Callable[[F], F]:
             code = "OK"
             uid = None
             try:
-                with structlog.contextvars.bound_contextvars(rpc=method):
+                with structlog.contextvars.bound_contextvars(rpc=method, call=next(_CALLS)):
                     try:
                         request = wire.decode(request)
                         uid = bounded(getattr(request, "actor_uid", "")) or None

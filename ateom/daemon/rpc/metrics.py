@@ -49,15 +49,21 @@ log = structlog.get_logger("ateom.daemon.rpc.metrics")
 # so the label's cardinality stays bounded.
 PHASES = (
     "validate",
+    "lock.wait",  # queued behind another call on the same actor
     "plan",
     "inject",  # CDI resolution + bundle injection, per container
     "inject.plan",
+    "bundle.write",  # a container without devices: ateom's config.json written
+    "bundles.give_back",  # the node agent's config.json back in every bundle
     "cdi.generate",  # nvidia-ctk cdi generate, when the node had no spec
     "runsc.create",
     "runsc.start",
     "cuda-checkpoint",  # runsc running cuda-checkpoint in the sandbox, before a GPU save
+    "gpu.prepare",  # a checkpoint's GPU checks and record, before the sandbox is touched
     "runsc.checkpoint",
+    "record.write",  # the GPU compatibility record beside the image
     "runsc.restore",
+    "image.discard",  # the consumed restore image removed
     "runsc.delete",
     "rollback",
     "teardown",

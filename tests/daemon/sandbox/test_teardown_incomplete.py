@@ -14,12 +14,11 @@ from ateom.daemon.calls.requests import ActorRef, CheckpointRequest, TerminateRe
 from ateom.daemon.sandbox import teardown
 from ateom.daemon.sandbox.teardown import TeardownIncomplete
 from ateom.errors import ErrorCode
-from tests.daemon.lifecycle.test_service_fake_runsc import gpu_spec_dir, make_world  # noqa: F401
 
 STAYED = ["/run/ateom/actors/x/null-netns (umount: Device or resource busy)"]
 
 
-def test_terminate_says_what_stayed(make_world, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+def test_terminate_says_what_stayed(make_world, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
     w = make_world()
     w.service.run_workload(w.run("t1", "app"))
     monkeypatch.setattr(teardown, "remove_state_dir", lambda root: list(STAYED))
@@ -30,7 +29,8 @@ def test_terminate_says_what_stayed(make_world, monkeypatch: pytest.MonkeyPatch)
     assert w.service.actors.get("t1") is None
 
 
-def test_a_completed_save_still_answers_its_files(make_world, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]  # noqa: F811, E501
+def test_a_completed_save_still_answers_its_files(  # type: ignore[no-untyped-def]
+        make_world, monkeypatch: pytest.MonkeyPatch) -> None:
     w = make_world()
     w.service.run_workload(w.run("c1", "app"))
     monkeypatch.setattr(teardown, "remove_state_dir", lambda root: list(STAYED))

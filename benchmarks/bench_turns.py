@@ -44,7 +44,6 @@ import time
 from pathlib import Path
 
 import grpc
-from attribution import calls, summary
 from turns_actors import Turns, stats_ms, wait_text  # this dir: puts REPO on sys.path
 
 from ateom._proto import ateom_pb2 as pb  # noqa: E402
@@ -52,6 +51,7 @@ from ateom.daemon.sandbox.state_dir import unmount_under  # noqa: E402
 from ateom.runsc.probe import probe_runsc  # noqa: E402
 from tests.daemon.harness import GPUS, Daemon  # noqa: E402
 from tests.support import DEFAULT_DRIVER_VERSION  # noqa: E402
+from tests.support.attribution import calls, summary  # noqa: E402
 from tests.support.newest_runsc import newest_runsc  # noqa: E402
 from tests.support.stand_in_gpu import stand_in_gpu_prefix  # noqa: E402
 

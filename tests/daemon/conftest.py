@@ -79,6 +79,7 @@ def clean(request: pytest.FixtureRequest) -> Iterator[None]:
 
     name = "release_daemon" if "release_daemon" in request.fixturenames else "daemon"
     daemon: Daemon = request.getfixturevalue(name)
+    daemon.settle()  # checkpointed actors are reaped after their answer
     status = daemon.inspect.GetStatus(pb.GetStatusRequest())
     for actor in status.actors:
         daemon.stub.TerminateWorkload(pb.TerminateWorkloadRequest(actor_uid=actor.actor_uid),

@@ -235,6 +235,17 @@ class Daemon:
             time.sleep(0.05)
         raise RuntimeError(f"daemon not SERVING after {timeout}s:\n{self.logs()}")
 
+    def settle(self, timeout: float = 30.0) -> None:
+        """Wait until no actor is releasing: every answered checkpoint's sandbox
+        reaped and its worker freed (the daemon does that after the answer)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            status = self.inspect.GetStatus(pb.GetStatusRequest(), timeout=10)
+            if not any(a.phase == "releasing" for a in status.actors):
+                return
+            time.sleep(0.02)
+        raise AssertionError(f"actors still releasing after {timeout}s: {status.actors}")
+
     def logs(self) -> str:
         return self.log_path.read_text(errors="replace")
 

@@ -111,6 +111,7 @@ def test_gpu_checkpoint_on_each_release(world: World, gpu_daemon: Daemon) -> Non
     record = parse_record((Path(dirs.checkpoint_dir) / RECORD_FILE).read_bytes()).record
     assert record.runsc.version == _status(daemon).runsc.version
     assert record.driver_version == DEFAULT_DRIVER_VERSION and len(record.gpus) == 2
+    daemon.settle()  # the stopped sandbox is reaped after the answer
     status = _status(daemon)
     assert not status.actors and all(not g.actor_uids for g in status.gpus)  # GPUs freed
     assert not runsc_processes(str(daemon.run_dir / "actors" / uid))

@@ -38,7 +38,7 @@ from tests.daemon.harness import (
     runsc_processes,
     wait_for,
 )
-from tests.support import DEFAULT_DRIVER_VERSION
+from tests.support import DEFAULT_DRIVER_VERSION, attribution
 from tests.support.cuda_checkpoint_stub import read_calls
 from tests.support.runsc_emu import real_of
 
@@ -147,7 +147,9 @@ def test_gpu_actor_lifecycle(world: World, daemon: Daemon, clean: None) -> None:
                                              for i in range(2)]
     assert [(c.name, c.cdi_devices) for c in record.containers] == [
         ("app", ("nvidia.com/gpu=0", "nvidia.com/gpu=1"))]
-    # Checkpoint frees the worker: nothing left in runsc.
+    # Checkpoint frees the worker once the stopped sandbox is reaped, after the
+    # answer: then nothing is left in runsc.
+    daemon.settle()
     assert runsc_list(daemon, uid) == []
     assert not daemon.inspect.GetStatus(pb.GetStatusRequest()).actors
     # Terminate of a gone actor is idempotent.
@@ -257,6 +259,19 @@ def test_checkpoint_restore_keeps_memory(world: World, release_daemon: Daemon,
     assert Path(dirs.restore_dir).is_dir()  # preserved as asked
     daemon.stub.TerminateWorkload(pb.TerminateWorkloadRequest(actor_uid=uid), timeout=60)
     assert runsc_list(daemon, uid) == []
+    # Every lifecycle call's time is told by its phases: the log ties each call's
+    # phases to its rpc line (call number), the op phase outermost, named children.
+    times = [t for t in attribution.calls(daemon.log_events()) if t.actor == uid]
+    assert [t.rpc for t in times] == ["RunWorkload", "CheckpointWorkload", "RestoreWorkload",
+                                      "TerminateWorkload"]
+    children = {t.rpc: set(t.phases_ms) for t in times}
+    assert {"validate", "runsc.create", "runsc.start"} <= children["RunWorkload"]
+    # The teardown comes after the answer, on the release's own thread.
+    assert {"validate", "lock.wait", "runsc.checkpoint"} <= children["CheckpointWorkload"]
+    assert "teardown" not in children["CheckpointWorkload"]
+    assert {"validate", "plan", "runsc.restore"} <= children["RestoreWorkload"]
+    assert {"validate", "lock.wait", "teardown"} <= children["TerminateWorkload"]
+    assert all(0 < t.attributed_ms <= t.wall_ms for t in times)
 
 
 def test_multi_container_restore(world: World, release_daemon: Daemon, clean: None) -> None:
@@ -275,6 +290,7 @@ def test_multi_container_restore(world: World, release_daemon: Daemon, clean: No
         pb.CheckpointWorkloadRequest(actor_uid=uid, actor_dirs=dirs), timeout=120)
     before = _last_tick(log.read_text())
     shutil.copytree(dirs.checkpoint_dir, dirs.restore_dir)
+    daemon.settle()  # the old sandbox's runsc calls are over before these are counted
     emu = daemon.emulator()
     emu.clear_calls()
     request = pb.RestoreWorkloadRequest(actor_uid=uid, actor_dirs=dirs,

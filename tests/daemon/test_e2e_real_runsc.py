@@ -116,6 +116,7 @@ def mounts_in(pid: int, root: Path) -> list[str]:
 
 
 def nothing_left(daemon: Daemon, uid: str) -> None:
+    daemon.settle()  # a checkpointed sandbox is reaped after the answer
     state = daemon.run_dir / "actors" / uid
     assert not state.exists(), sorted(p.name for p in state.iterdir())
     assert mounts_in(daemon.proc.pid, daemon.run_dir) == []

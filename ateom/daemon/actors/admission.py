@@ -82,9 +82,12 @@ class Admission:
                 self._inflight -= 1
                 self._cond.notify_all()
 
-    def admit(self, actors: ActorTable, ref: ActorRef, op: Op) -> Actor:
+    def admit(self, actors: ActorTable, ref: ActorRef, op: Op, *, max_wait: float) -> Actor:
         """Reserve the actor's slot (locked by the caller's thread), unless the drain
-        has taken its last look at the hosted actors."""
+        has taken its last look at the hosted actors. Actors being released that
+        are in the way are waited for first (up to `max_wait`), outside the lock
+        the drain needs."""
+        actors.await_releases(ref, op, max_wait=max_wait)
         with self._cond:
             if self._closed:
                 raise AteomError("ateom is shutting down: not accepting new actors",

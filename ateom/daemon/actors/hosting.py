@@ -129,14 +129,15 @@ class Hosting:
 
         self.reaper.watch(pid, exited)
 
-    def release(self, actor: Actor, grace: float, *, ask_runsc: bool = True) -> None:
+    def release(self, actor: Actor, grace: float, *, after_checkpoint: bool = False) -> None:
         """Tear the sandbox down (TERM, `grace`, KILL) and give its bundles back.
-        `ask_runsc` False: every container is known to exist (after a checkpoint)."""
+        `after_checkpoint`: runsc checkpoint has just stopped every container."""
         sandbox = actor.sandbox
         if sandbox is None:
             return
         try:
-            teardown(sandbox.runsc, sandbox.plan.runsc_ids, grace, ask_runsc=ask_runsc)
+            teardown(sandbox.runsc, sandbox.plan.runsc_ids, grace,
+                     after_checkpoint=after_checkpoint)
         finally:
             with phase("bundles.give_back"):
                 self.store.give_back(actor.ref.actor_uid, sandbox.applied)

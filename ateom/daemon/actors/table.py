@@ -1,10 +1,13 @@
 """Actors the daemon hosts: a pure state machine and the hosting table.
 
 Phases: an actor is BOOTING during Run, RESTORING during Restore, RUNNING
-once up, CHECKPOINTING and TERMINATING during those calls; it leaves the
-table when it is gone. `next_phase` is the whole rule book; `ActorTable`
-adds the shell: admission under --max-actors and one lock per actor so its
-lifecycle calls are serialized.
+once up, CHECKPOINTING and TERMINATING during those calls, RELEASING once its
+checkpoint is answered while its stopped sandbox is reaped (its GPUs and its
+slot still booked); it leaves the table when it is gone. A call on a
+RELEASING actor waits until it is gone (bounded like a lock wait), so a
+Restore right after a Checkpoint never meets the old sandbox. `next_phase` is
+the whole rule book; `ActorTable` adds the shell: admission under
+--max-actors and one lock per actor so its lifecycle calls are serialized.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ class Phase(enum.Enum):
     RUNNING = "running"
     CHECKPOINTING = "checkpointing"
     TERMINATING = "terminating"
+    RELEASING = "releasing"
 
 
 class Op(enum.Enum):
@@ -85,6 +89,8 @@ class Actor:
     # False for a slot held only while a dead daemon's leftovers are cleared:
     # it keeps a Run of the same uid out, but takes no capacity.
     counted: bool = True
+    # Set when the actor has left the table (a RELEASING actor's waiters wake).
+    gone: threading.Event = field(default_factory=threading.Event)
 
 
 class ActorTable:
@@ -92,6 +98,21 @@ class ActorTable:
         self.max_actors = max_actors
         self._lock = threading.Lock()
         self._actors: dict[str, Actor] = {}
+
+    def await_releases(self, ref: ActorRef, op: Op, *, max_wait: float) -> None:
+        """Before a Run/Restore is admitted: wait for an actor of the same uid being
+        released, and for one whose release frees the slot this one needs (no
+        longer than `max_wait` in all, nor the caller's deadline). A Restore right
+        after its Checkpoint, or the next actor of a full worker, gets in without
+        a refusal to retry on."""
+        waited_since = time.monotonic()
+        while True:
+            releasing = self._releasing_in_the_way(ref.actor_uid)
+            if releasing is None:
+                return
+            left = max_wait - (time.monotonic() - waited_since)
+            if not self.wait_gone(releasing, left, f"actor {ref.actor_uid}: {op.value}"):
+                return  # still there: admit's refusal says why
 
     def admit(self, ref: ActorRef, op: Op) -> Actor:
         """Reserve a slot for a new actor (Run/Restore), already locked by the caller's thread."""
@@ -124,6 +145,40 @@ class ActorTable:
     def _counted(self) -> int:
         return sum(1 for a in self._actors.values() if a.counted)
 
+    def _releasing_in_the_way(self, uid: str) -> Actor | None:
+        """The RELEASING actor a new `uid` must wait for: its own predecessor, or
+        (the worker full) one whose release frees a slot; None when none is."""
+        with self._lock:
+            current = self._actors.get(uid)
+            if current is not None:
+                return current if current.phase is Phase.RELEASING else None
+            if self._counted() < self.max_actors:
+                return None
+            return next((a for a in self._actors.values()
+                         if a.counted and a.phase is Phase.RELEASING), None)
+
+    def releasing(self) -> list[Actor]:
+        with self._lock:
+            return [a for a in self._actors.values() if a.phase is Phase.RELEASING]
+
+    def settle(self, timeout: float) -> bool:
+        """Wait until no actor is RELEASING (every answered checkpoint's sandbox
+        reaped, its GPUs free); False when one still is after `timeout` s."""
+        end = time.monotonic() + timeout
+        for actor in self.releasing():
+            if not actor.gone.wait(max(end - time.monotonic(), 0.0)):
+                return False
+        return not self.releasing()
+
+    @staticmethod
+    def wait_gone(actor: Actor, max_wait: float, what: str) -> bool:
+        """Wait (a ``release.wait`` phase) until `actor` has left the table, no longer
+        than `max_wait` seconds nor the caller's deadline (then DEADLINE_EXCEEDED)."""
+        with phase("release.wait"):
+            gone = actor.gone.wait(timeout=max(deadline.wait_limit(max_wait), 0.0))
+        deadline.check(what)
+        return gone
+
     def get(self, uid: str) -> Actor | None:
         with self._lock:
             return self._actors.get(uid)
@@ -132,6 +187,7 @@ class ActorTable:
         with self._lock:
             if self._actors.get(actor.ref.actor_uid) is actor:
                 del self._actors[actor.ref.actor_uid]
+        actor.gone.set()
 
     def snapshot(self) -> list[Actor]:
         with self._lock:
@@ -157,6 +213,8 @@ class ActorTable:
         if actor is None:
             next_phase(None, op, uid)  # raises NOT_FOUND
             raise AssertionError("unreachable")
+        if actor.phase is Phase.RELEASING:  # checkpointed: gone once reaped
+            self.wait_gone(actor, max_wait, f"actor {uid}: {op.value}")
         with phase("lock.wait"):  # its own phase: time queued behind another call
             got = actor.lock.acquire(timeout=deadline.wait_limit(max_wait))
         if not got:
@@ -166,6 +224,10 @@ class ActorTable:
                 f" {op.value} not done, try again", code=ErrorCode.UNAVAILABLE)
         try:
             deadline.check(f"actor {uid}: {op.value}")
+            if actor.phase is Phase.RELEASING:  # checkpointed while we waited
+                actor.lock.release()
+                self.wait_gone(actor, max_wait, f"actor {uid}: {op.value}")
+                actor.lock.acquire()
             if self.get(uid) is not actor:  # removed while we waited
                 next_phase(None, op, uid)
             before = actor.phase

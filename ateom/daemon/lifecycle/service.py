@@ -17,8 +17,10 @@ object; tests drive it directly.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import os
 import shutil
+import threading
 from collections.abc import Mapping, Sequence
 
 import structlog
@@ -28,7 +30,13 @@ from ateom.daemon.actors.admission import Admission
 from ateom.daemon.actors.hosting import Hosting
 from ateom.daemon.actors.table import Actor, ActorTable, Op, Phase
 from ateom.daemon.bundles.catalog import DeviceCatalog
-from ateom.daemon.bundles.plan import CdiInjector, Injector, SandboxPlan, SandboxPlanner
+from ateom.daemon.bundles.plan import (
+    CdiInjector,
+    DeviceView,
+    Injector,
+    SandboxPlan,
+    SandboxPlanner,
+)
 from ateom.daemon.bundles.store import BundleStore
 from ateom.daemon.calls import validation
 from ateom.daemon.calls.phases import phase
@@ -50,7 +58,7 @@ from ateom.daemon.sandbox.janitor import LogJanitor
 from ateom.daemon.sandbox.teardown import TeardownIncomplete
 from ateom.errors import AteomError, ErrorCode, quote
 from ateom.gpuinfo.nvidia_ctk import SpecGenerator
-from ateom.gpuinfo.placement import PlacementSnapshot
+from ateom.gpuinfo.placement import PlacementRefused, PlacementSnapshot
 from ateom.process.reaper import Reaper, default_reaper
 from ateom.runsc.commands import RunscError
 from ateom.runsc.probe import PROBE_TIMEOUT, RunscInfo, probe_runsc
@@ -133,15 +141,14 @@ class AteomService:
         the actor's lock). Admission, the hosting table's rollback and the actor
         lock's release live here once for Run and Restore."""
         uid = req.actor.actor_uid
-        actor = self.admission.admit(self.actors, req.actor, op)
+        actor = self.admission.admit(self.actors, req.actor, op, max_wait=self.config.lock_wait)
         try:
             # Bundles a dead predecessor left edited get their originals back
             # before they are read: the plan must start from the node agent's.
             if self.bundles.has_records(uid):
                 self.hosting.clean_leftovers(uid, self._leftover_runsc(uid))
             with phase("plan"):
-                view = self.gpus.place(uid, req, info, self.planner.devices(req.containers),
-                                       image)
+                view = self._place(uid, req, info, image)
                 self.gpus.check_driver(info, view, op.value)
                 plan = self.planner.plan(uid, req.dirs, req.containers, info, view,
                                          tools=self.gpus.tools(view), cpu_milli=req.cpu_milli,
@@ -158,10 +165,27 @@ class AteomService:
         finally:
             actor.lock.release()
 
-    def _release(self, actor: Actor, grace: float, *, ask_runsc: bool = True) -> None:
+    def _place(self, uid: str, req: RunRequest | RestoreRequest, info: RunscInfo,
+               image: str | None) -> DeviceView:
+        """The actor's GPUs booked (its device view narrowed to them). GPUs held by
+        actors whose checkpoint was answered and whose sandboxes are still being
+        reaped are waited for, once: they are free in a moment, and a hand-over
+        (B's Run right after A's Checkpoint) must not be refused for them."""
+        devices = self.planner.devices(req.containers)
+        try:
+            return self.gpus.place(uid, req, info, devices, image)
+        except PlacementRefused as exc:
+            releasing = self.actors.releasing()
+            if exc.code is not ErrorCode.RESOURCE_EXHAUSTED or not releasing:
+                raise
+        for other in releasing:
+            self.actors.wait_gone(other, self.config.lock_wait, f"actor {uid}: gpus")
+        return self.gpus.place(uid, req, info, devices, image)
+
+    def _release(self, actor: Actor, grace: float, *, after_checkpoint: bool = False) -> None:
         """Tear the actor's sandbox down, give its bundles and GPUs back, unhost it."""
         try:
-            self.hosting.release(actor, grace, ask_runsc=ask_runsc)
+            self.hosting.release(actor, grace, after_checkpoint=after_checkpoint)
         finally:
             self.gpus.release(actor.ref.actor_uid)
             self.actors.remove(actor)
@@ -214,16 +238,39 @@ class AteomService:
                 except BaseException as exc:
                     self._release(actor, grace=0)
                     raise _terminated_by_failed_checkpoint(uid, exc) from exc
-                try:
-                    self._release(actor, grace=0, ask_runsc=False)
-                except TeardownIncomplete as exc:
-                    # The image is whole and the actor unhosted, its GPUs and
-                    # bundles given back: failing the call would have the node
-                    # agent discard a good checkpoint. What stayed is logged
-                    # (state_dir_left_behind) for the operator.
-                    log.error("checkpoint_teardown_incomplete", reason=str(exc))
+                self._release_after_checkpoint(actor)
                 log.info("actor_checkpointed", files=list(files), gpu=gpu is not None)
                 return CheckpointResult(files)
+
+    def _release_after_checkpoint(self, actor: Actor) -> None:
+        """Answer the checkpoint now; free the worker on a thread of its own.
+
+        The image is complete once runsc checkpoint returns, and the sandbox has
+        stopped. What is left (the root's delete, waiting until the sandbox's
+        processes are gone, the state dir, the bundles, the GPUs) is ateom's
+        bookkeeping, and the wait for a large sandbox to exit (the kernel
+        freeing its memory) was most of the call. Meanwhile the actor is
+        RELEASING: it keeps its slot and its GPUs, and any call for it, or one
+        that needs what it holds, waits until it is gone (`ActorTable`).
+        """
+        actor.phase = Phase.RELEASING
+        bindings = {"actor_uid": actor.ref.actor_uid, "op": "release"}
+
+        def finish() -> None:
+            with structlog.contextvars.bound_contextvars(**bindings), phase("release"):
+                try:
+                    self._release(actor, grace=0, after_checkpoint=True)
+                except TeardownIncomplete as exc:
+                    # The image is whole and the actor unhosted, its GPUs and
+                    # bundles given back: the checkpoint stands. What stayed is
+                    # logged (state_dir_left_behind) for the operator.
+                    log.error("checkpoint_teardown_incomplete", reason=str(exc))
+                except Exception:
+                    log.exception("checkpoint_release_failed")
+
+        # A fresh context: this thread's lines are not the RPC's (its call number).
+        threading.Thread(target=contextvars.Context().run, args=(finish,),
+                         name=f"release-{actor.ref.actor_uid}", daemon=True).start()
 
     def _save(self, actor: Actor, image: str, gpu: GpuSave | None) -> tuple[str, ...]:
         """runsc checkpoint (through cuda-checkpoint for a GPU actor, then its record)."""

@@ -60,8 +60,9 @@ def rpc(method: str) -> Callable[[F], F]:
             started = time.perf_counter()
             code = "OK"
             uid = None
+            call = next(_CALLS)
             try:
-                with structlog.contextvars.bound_contextvars(rpc=method, call=next(_CALLS)):
+                with structlog.contextvars.bound_contextvars(rpc=method, call=call):
                     try:
                         request = wire.decode(request)
                         uid = bounded(getattr(request, "actor_uid", "")) or None
@@ -79,7 +80,7 @@ def rpc(method: str) -> Callable[[F], F]:
                                       _details(f"internal error: {exc}"))
             finally:
                 seconds = time.perf_counter() - started
-                log.info("rpc", rpc=method, code=code, actor_uid=uid,
+                log.info("rpc", rpc=method, code=code, actor_uid=uid, call=call,
                          duration_ms=round(seconds * 1000, 3))
                 for observer in RPC_OBSERVERS:
                     observer(method, code, seconds)

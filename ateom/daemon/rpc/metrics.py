@@ -50,6 +50,8 @@ log = structlog.get_logger("ateom.daemon.rpc.metrics")
 PHASES = (
     "validate",
     "lock.wait",  # queued behind another call on the same actor
+    "release.wait",  # waiting for a checkpointed actor's sandbox to be reaped
+    "release",  # after a checkpoint is answered: the sandbox reaped, GPUs freed
     "plan",
     "inject",  # CDI resolution + bundle injection, per container
     "inject.plan",

@@ -79,33 +79,27 @@ def kill_sandbox_processes(root: str) -> None:
 
 
 def teardown(runsc: Runsc, runsc_ids: Sequence[str], grace: float, *,
-             ask_runsc: bool = True) -> None:
+             after_checkpoint: bool = False) -> None:
     """Stop and delete apps then the sandbox root; clean the state dir.
 
-    Skips what `runsc list` no longer shows (`ask_runsc` False: the caller
-    knows every container exists, as right after a checkpoint); containers
-    runsc lists that `runsc_ids` does not name are killed and deleted too.
+    Skips what `runsc list` no longer shows; containers runsc lists that
+    `runsc_ids` does not name are killed and deleted too. `after_checkpoint`:
+    runsc checkpoint has just stopped every container, so neither a list nor
+    a kill is asked; each is still deleted, the root first (a sub-container's
+    delete removes its rootfs overlay's ``.gvisor.filestore.*`` file, which a
+    later start or restore of the bundle refuses to find there).
     Raises `TeardownIncomplete` when the state dir (or a mount in it) could
     not be removed: a teardown leaves nothing, or says what it left.
     """
     left: list[str] = []
     with phase("teardown"):
         try:
-            listed = runsc.list() if ask_runsc else None
-            known = set(runsc_ids) if listed is None else set(listed)
-            present = [n for n in runsc_ids if n in known]
-            _stop(runsc, list(reversed(present)), grace)  # apps first, sandbox root last
-            # Deleted the sandbox root first: that destroys the sandbox and its
-            # containers. A sub-container's own delete then (or after a
-            # checkpoint) may exit 128 ("no control socket found", "connection
-            # refused") on runsc 20240729+; that is tolerated, and the state dir
-            # goes below either way.
-            for name in present:
-                with phase("runsc.delete", container=runsc.log_names.get(name, name)):
-                    runsc.delete(name)
-            for name in sorted(known - set(present)):  # containers we never asked for
-                runsc.kill(name, "KILL")
-                runsc.delete(name)
+            if after_checkpoint:
+                for name in runsc_ids:
+                    with phase("runsc.delete", container=runsc.log_names.get(name, name)):
+                        runsc.delete(name)
+            else:
+                _stop_and_delete(runsc, runsc_ids, grace)
         finally:
             # Whatever failed above, no process of this actor may outlive it
             # unseen (not shown, not counted, still holding its GPUs).
@@ -114,3 +108,20 @@ def teardown(runsc: Runsc, runsc_ids: Sequence[str], grace: float, *,
     if left:
         raise TeardownIncomplete(f"teardown left {len(left)} thing(s) behind in the actor's"
                                  f" runsc state dir: {'; '.join(left[:5])}")
+
+
+def _stop_and_delete(runsc: Runsc, runsc_ids: Sequence[str], grace: float) -> None:
+    listed = runsc.list()
+    known = set(runsc_ids) if listed is None else set(listed)
+    present = [n for n in runsc_ids if n in known]
+    _stop(runsc, list(reversed(present)), grace)  # apps first, sandbox root last
+    # Deleted the sandbox root first: that destroys the sandbox and its
+    # containers. A sub-container's own delete then may exit 128 ("no control
+    # socket found", "connection refused") on runsc 20240729+; that is
+    # tolerated, and the state dir goes below either way.
+    for name in present:
+        with phase("runsc.delete", container=runsc.log_names.get(name, name)):
+            runsc.delete(name)
+    for name in sorted(known - set(present)):  # containers we never asked for
+        runsc.kill(name, "KILL")
+        runsc.delete(name)

@@ -39,5 +39,5 @@ def test_draining_refuses_new_actors_and_the_closed_door_refuses_admission() -> 
     with admission.call(Op.TERMINATE, "a", admits=False):  # stays open
         pass
     with pytest.raises(AteomError) as err:
-        admission.admit(table, ActorRef("a"), Op.RUN)
+        admission.admit(table, ActorRef("a"), Op.RUN, max_wait=0)
     assert err.value.code is ErrorCode.UNAVAILABLE and len(table) == 0

@@ -103,6 +103,7 @@ def checkpointed(w: GpuWorld, uid: str, count: int) -> Path:
     """Run a GPU actor, checkpoint it, and move its image where a restore finds it."""
     w.service.run_workload(w.run(uid, GpuWish(count=count)))
     w.service.checkpoint_workload(CheckpointRequest(actor=ActorRef(uid), dirs=w.dirs(uid)))
+    assert w.service.actors.settle(10)  # its sandbox reaped, its GPUs free
     restore = w.actors_root / uid / "restore"
     os.rename(w.actors_root / uid / "ckpt", restore)
     return restore

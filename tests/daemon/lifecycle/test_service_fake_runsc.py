@@ -244,6 +244,7 @@ def test_checkpoint_answers_relative_files_and_frees_worker(make_world) -> None:
     ckpt = [c for c in w.fake.calls() if "checkpoint" in c][0]
     assert ckpt[-4:] == ["checkpoint", "-image-path", w.dirs("c1").checkpoint_dir, "c1_pause"]
     assert "-allow-connected-on-save" not in ckpt  # Debian's runsc lacks it
+    assert w.service.actors.settle(10)  # the worker freed once the sandbox is reaped
     assert w.service.actors.get("c1") is None
     assert "delete c1_pause" in w.fake.commands()
 

@@ -100,11 +100,17 @@ def test_teardown_stops_apps_first_deletes_the_root_first_and_leaves_nothing(
     assert not state.exists()
 
 
-def test_teardown_right_after_a_checkpoint_does_not_ask_runsc_list(tmp_path: Path) -> None:
-    runsc = RecordingRunsc(tmp_path / "state", listed=None)
-    td.teardown(runsc, ["u__pause", "app"], grace=0, ask_runsc=False)  # type: ignore[arg-type]
-    assert runsc.calls == ["kill app KILL", "kill u__pause KILL", "delete u__pause",
-                           "delete app"]
+def test_teardown_right_after_a_checkpoint_asks_no_list_and_kills_nothing(
+        tmp_path: Path) -> None:
+    # runsc checkpoint stopped every container: no list, no kill; each deleted, the
+    # root first (the apps' deletes remove their rootfs overlays' filestore files).
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "app.state").write_text("stopped")
+    runsc = RecordingRunsc(state, listed=None)
+    td.teardown(runsc, ["u__pause", "app"], grace=0, after_checkpoint=True)  # type: ignore[arg-type]
+    assert runsc.calls == ["delete u__pause", "delete app"]
+    assert not state.exists()
 
 
 def test_teardown_names_what_it_left_behind(tmp_path: Path,

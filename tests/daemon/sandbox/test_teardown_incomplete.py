@@ -37,4 +37,5 @@ def test_a_completed_save_still_answers_its_files(  # type: ignore[no-untyped-de
     result = w.service.checkpoint_workload(CheckpointRequest(actor=ActorRef("c1"),
                                                              dirs=w.dirs("c1")))
     assert result.snapshot_files == ("checkpoint.img", "sub/pages.img")
+    assert w.service.actors.settle(10)
     assert w.service.actors.get("c1") is None

@@ -1,13 +1,9 @@
-"""benchmarks/attribution.py: an RPC's time split by its op's child phases."""
+"""tests.support.attribution (what bench_turns prints): an RPC's time split by its
+op's child phases."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-
-from attribution import calls, summary  # noqa: E402
+from tests.support.attribution import calls, summary
 
 
 def _phase(call: int, name: str, ms: float, parent: str | None) -> dict[str, object]:

@@ -231,7 +231,17 @@ def report(results: dict[str, object], kind: str, size: int,
 
 def attribute(results: dict[str, object], turns: Turns, kind: str, size: int) -> None:
     """Where each of this actor's RPCs spent its time, by the daemon's phases."""
-    rows = summary(calls(turns.daemon.log_events()), actor=f"a{kind}{size}")
+    events = turns.daemon.log_events()
+    uid = f"a{kind}{size}"
+    rows = summary(calls(events), actor=uid)
+    # After each checkpoint's answer: its sandbox reaped, the worker freed.
+    released = [e["duration_ms"] / 1000 for e in events if e.get("event") == "phase"
+                and e.get("phase") == "release" and e.get("actor_uid") == uid]
+    if released:
+        results[f"{kind}-{size}-release"] = stats_ms(released)
+        r = stats_ms(released)
+        print(f"{kind} {size:5d} MiB release after the answer  {r['min']:8.1f} {r['median']:8.1f}"
+              f" {r['p99']:8.1f} ms (the sandbox reaped, GPUs freed; not in the RPC)")
     for rpc, row in rows.items():
         top = sorted(row["phases_ms"].items(), key=lambda kv: -kv[1])[:5]
         print(f"{kind} {size:5d} MiB {rpc.split('.')[-1]:18} wall {row['wall_ms']:8.1f} ms, "

@@ -94,12 +94,21 @@ def checkpoint_argv(
     t: RunscTarget, name: str, image_path: str, *, log_file: str | None = None,
     flags: Sequence[str] = (),
 ) -> list[str]:
-    """`flags`: the checkpoint command's own extras (GPU: --cuda-checkpoint-path=...)."""
+    """`flags`: the checkpoint command's own extras (GPU: --cuda-checkpoint-path=...).
+
+    Options chosen from benchmarks/bench_turn_options.py (docs/performance.md):
+    ``-exclude-committed-zero-pages`` where the runsc has it (a smaller image or
+    the same, never slower there); not ``-direct`` (slower to write, and the
+    restore then reads from disk) nor ``-compression`` (twice the time for no
+    gain on an actor's memory, and a compressed image cannot restore in the
+    background)."""
     argv = _base(t, log_file)
     # Newer runsc refuses to save a sandbox with connected sockets unless told.
     if t.info.supports("allow-connected-on-save"):
         argv.append("-allow-connected-on-save")
-    return [*argv, "checkpoint", *flags, "-image-path", image_path, name]
+    options = (["-exclude-committed-zero-pages"]
+               if t.info.supports("checkpoint:exclude-committed-zero-pages") else [])
+    return [*argv, "checkpoint", *options, *flags, "-image-path", image_path, name]
 
 
 def restore_argv(

@@ -62,7 +62,9 @@ def test_probe_judges_the_binary_on_its_version_answer_first(tmp_path) -> None: 
 DEBIAN = RunscInfo("/usr/bin/runsc", "0.0~20221219.0", frozenset({"root", "log"}),
                    (("restore", frozenset({"bundle", "detach", "image-path", "pid-file"})),))
 NEWER = RunscInfo("/opt/runsc", "release-2025", frozenset({"nvproxy", "allow-connected-on-save"}),
-                  (("restore", frozenset({"background", "direct", "detach"})),))
+                  (("restore", frozenset({"background", "direct", "detach"})),
+                   ("checkpoint", frozenset({"direct", "compression",
+                                             "exclude-committed-zero-pages"}))))
 
 
 def _target(info: RunscInfo, *, gpu: bool = False, **nv: str) -> argv.RunscTarget:
@@ -91,8 +93,11 @@ def test_argv_of_every_runsc_call(gpu: bool) -> None:
         *head, "restore", "-bundle", "/b", "-image-path", "/img",
         "-pid-file", "/p", "-background", "-detach", "_pause"]
     assert argv.start_argv(t, "app") == [*head, "start", "app"]
+    # The options the turn benchmark chose: zero pages left out; not -direct, not
+    # -compression, though this runsc has both.
     assert argv.checkpoint_argv(t, "_pause", "/img") == [
-        *head, "-allow-connected-on-save", "checkpoint", "-image-path", "/img", "_pause"]
+        *head, "-allow-connected-on-save", "checkpoint", "-exclude-committed-zero-pages",
+        "-image-path", "/img", "_pause"]
     assert argv.kill_argv(t, "app", "TERM") == [*head, "kill", "app", "TERM"]
     assert argv.wait_argv(t, "app") == [*head, "wait", "app"]
     assert argv.state_argv(t, "app") == [*head, "state", "app"]
@@ -104,7 +109,7 @@ def test_argv_of_every_runsc_call(gpu: bool) -> None:
 def test_debian_runsc_gets_no_optional_flags() -> None:
     t = _target(DEBIAN)
     assert "-background" not in argv.restore_argv(t, "a", "/b", "/i", "/p", log_file=None)
-    assert "-allow-connected-on-save" not in argv.checkpoint_argv(t, "a", "/i")
+    assert argv.checkpoint_argv(t, "a", "/i")[-4:] == ["checkpoint", "-image-path", "/i", "a"]
     # nvproxy options are passed only when the operator set them.
     assert argv.nvproxy_flags(t) == ["--nvproxy"]
 

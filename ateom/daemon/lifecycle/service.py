@@ -155,8 +155,7 @@ class AteomService:
                                          memory_bytes=req.memory_bytes)
             self.hosting.host(actor, plan, self.hosting.runsc_for(uid, info, gpu=plan.gpu), image)
             if image is not None and discard_image:
-                with phase("image.discard"):
-                    shutil.rmtree(image, ignore_errors=True)
+                self._discard(image)
             return plan
         except BaseException:
             self.gpus.release(uid)
@@ -164,6 +163,16 @@ class AteomService:
             raise
         finally:
             actor.lock.release()
+
+    def _discard(self, image: str) -> None:
+        """The consumed restore image: renamed aside now, removed after the answer
+        (in place, now, when it cannot be renamed)."""
+        with phase("image.discard"):
+            if not save.set_aside(image):
+                shutil.rmtree(image, ignore_errors=True)
+                return
+        threading.Thread(target=save.remove_set_aside, args=(image,),
+                         name="discard-image", daemon=True).start()
 
     def _place(self, uid: str, req: RunRequest | RestoreRequest, info: RunscInfo,
                image: str | None) -> DeviceView:
@@ -230,7 +239,8 @@ class AteomService:
                 with phase("gpu.prepare"):  # refusals: before the sandbox is touched
                     gpu = self.gpus.prepare_save(actor)
                 image = req.dirs.checkpoint_dir
-                save.make_image_dir(image)
+                with phase("image.prepare"):
+                    save.make_image_dir(image)
                 try:
                     files = self._save(actor, image, gpu)
                 except save.SaveRefused:

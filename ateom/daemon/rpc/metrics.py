@@ -62,10 +62,12 @@ PHASES = (
     "runsc.start",
     "cuda-checkpoint",  # runsc running cuda-checkpoint in the sandbox, before a GPU save
     "gpu.prepare",  # a checkpoint's GPU checks and record, before the sandbox is touched
+    "image.prepare",  # the checkpoint dir made
     "runsc.checkpoint",
+    "image.list",  # the files the save wrote
     "record.write",  # the GPU compatibility record beside the image
     "runsc.restore",
-    "image.discard",  # the consumed restore image removed
+    "image.discard",  # the consumed restore image set aside (removed after the answer)
     "runsc.delete",
     "rollback",
     "teardown",

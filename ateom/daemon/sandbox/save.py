@@ -8,7 +8,10 @@ left in the same directory.
 
 from __future__ import annotations
 
+import glob
 import os
+import secrets
+import shutil
 from collections.abc import Sequence
 
 from ateom.daemon.calls.phases import phase
@@ -28,6 +31,33 @@ def make_image_dir(path: str) -> None:
             f"actor_dirs.checkpoint_dir {quote(path)}: cannot make it a directory:"
             f" {exc.strerror}; the actor keeps running",
             code=ErrorCode.FAILED_PRECONDITION) from None
+
+
+# A consumed restore image, renamed aside: ".<name>.ateom-discarded-<hex>".
+_ASIDE = ".{name}.ateom-discarded-"
+
+
+def set_aside(image: str) -> bool:
+    """Rename a consumed restore image to a unique sibling, so the node agent's
+    restore_dir is free at once (a rename: microseconds, where removing a large
+    image takes tens of ms); `remove_set_aside` deletes it later. False when it
+    could not be renamed (the caller removes it in place)."""
+    parent, name = os.path.split(os.path.normpath(image))
+    aside = os.path.join(parent, _ASIDE.format(name=name) + secrets.token_hex(6))
+    try:
+        os.rename(image, aside)  # a symlink at `image` would be moved, never followed
+    except OSError:
+        return False
+    return True
+
+
+def remove_set_aside(image: str) -> None:
+    """Remove every image set aside beside `image` (this restore's, and any a
+    crashed daemon left); never follows a symlink (shutil.rmtree refuses one)."""
+    parent, name = os.path.split(os.path.normpath(image))
+    for aside in glob.glob(os.path.join(glob.escape(parent),
+                                        glob.escape(_ASIDE.format(name=name)) + "*")):
+        shutil.rmtree(aside, ignore_errors=True)
 
 
 def file_versions(top: str) -> dict[str, FileVersion]:
@@ -81,4 +111,5 @@ def save(sandbox: Sandbox, image_path: str, uid: str, *, flags: Sequence[str] = 
             raise SaveRefused(f"runsc refused to checkpoint actor {uid}; it keeps running:"
                               f" {exc.reason}\n{exc.tail}") from exc
         raise
-    return written_files(before, file_versions(image_path))
+    with phase("image.list"):
+        return written_files(before, file_versions(image_path))

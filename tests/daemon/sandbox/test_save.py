@@ -79,3 +79,27 @@ def test_running_with_a_dead_pid_is_not_running(tmp_path: Path) -> None:
     with pytest.raises(RunscError):
         save.save(_Sandbox({"status": "running", "pid": pid}), str(tmp_path),
                         "a")  # type: ignore[arg-type]
+
+
+def test_a_consumed_image_is_set_aside_then_removed_with_any_a_crash_left(
+        tmp_path: Path) -> None:
+    from ateom.daemon.sandbox.save import remove_set_aside, set_aside
+
+    image = tmp_path / "restore"
+    (image / "sub").mkdir(parents=True)
+    (image / "sub" / "pages.img").write_bytes(b"x" * 4096)
+    stale = tmp_path / ".restore.ateom-discarded-0123456789ab"  # a crashed daemon's
+    stale.mkdir()
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "keep").write_text("not ateom's")
+    (tmp_path / ".restore.ateom-discarded-link").symlink_to(outside)
+    assert set_aside(str(image))
+    assert not image.exists()  # the node agent's restore_dir is free at once
+    assert len(list(tmp_path.glob(".restore.ateom-discarded-*"))) == 3
+    remove_set_aside(str(image))
+    # Both images gone; the symlink not followed: what it points at is untouched.
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        ".restore.ateom-discarded-link", "elsewhere"]
+    assert (outside / "keep").read_text() == "not ateom's"
+    assert not set_aside(str(image))  # nothing there: the caller removes in place

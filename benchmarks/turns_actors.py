@@ -201,8 +201,9 @@ class Turns:
         # The call ateom makes before it answers, with the same flags (a GPU
         # actor's: runsc runs the cuda-checkpoint ateom mounted, as ateom asks).
         flags = checkpoint_flags(DEFAULT_DRIVER_VERSION, GPUS) if kind == "gpu" else ()
-        a.checkpoint = self.call(checkpoint_argv(a.target, names[0], str(image), flags=flags),
-                                 logs / "ckpt.log")
+        a.checkpoint = self.call(checkpoint_argv(
+            a.target, names[0], str(image), flags=flags,
+            log_file=str(logs / f"{containers[0]}.runsc.log")), logs / "ckpt.log")
         self.free(a)  # after the answer, as ateom frees the worker (not timed)
         return a
 
@@ -213,7 +214,8 @@ class Turns:
         started = time.perf_counter()
         for name, bundle in a.containers:
             self.call(restore_argv(a.target, name, str(a.template / bundle), str(a.image),
-                                   str(a.root / f"{name}.pid"), log_file=None),
+                                   str(a.root / f"{name}.pid"),
+                                   log_file=str(a.logs / f"{bundle}.runsc.log")),
                       a.logs / f"{bundle}.log")
         restore = time.perf_counter() - started
         if not until_useful:

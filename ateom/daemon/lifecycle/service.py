@@ -38,7 +38,7 @@ from ateom.daemon.bundles.plan import (
     SandboxPlanner,
 )
 from ateom.daemon.bundles.store import BundleStore
-from ateom.daemon.calls import validation
+from ateom.daemon.calls import answer, validation
 from ateom.daemon.calls.phases import phase
 from ateom.daemon.calls.requests import (
     ActorRef,
@@ -171,8 +171,8 @@ class AteomService:
             if not save.set_aside(image):
                 shutil.rmtree(image, ignore_errors=True)
                 return
-        threading.Thread(target=save.remove_set_aside, args=(image,),
-                         name="discard-image", daemon=True).start()
+        answer.after_answer(threading.Thread(target=save.remove_set_aside, args=(image,),
+                                             name="discard-image", daemon=True).start)
 
     def _place(self, uid: str, req: RunRequest | RestoreRequest, info: RunscInfo,
                image: str | None) -> DeviceView:
@@ -279,8 +279,9 @@ class AteomService:
                     log.exception("checkpoint_release_failed")
 
         # A fresh context: this thread's lines are not the RPC's (its call number).
-        threading.Thread(target=contextvars.Context().run, args=(finish,),
-                         name=f"release-{actor.ref.actor_uid}", daemon=True).start()
+        thread = threading.Thread(target=contextvars.Context().run, args=(finish,),
+                                  name=f"release-{actor.ref.actor_uid}", daemon=True)
+        answer.after_answer(thread.start)
 
     def _save(self, actor: Actor, image: str, gpu: GpuSave | None) -> tuple[str, ...]:
         """runsc checkpoint (through cuda-checkpoint for a GPU actor, then its record)."""

@@ -24,7 +24,7 @@ import structlog
 from google.protobuf import message_factory
 from google.protobuf.descriptor import ServiceDescriptor
 
-from ateom.daemon.calls import deadline
+from ateom.daemon.calls import answer, deadline
 from ateom.daemon.rpc import wire
 from ateom.errors import AteomError, bounded
 
@@ -67,8 +67,16 @@ def rpc(method: str) -> Callable[[F], F]:
                         request = wire.decode(request)
                         uid = bounded(getattr(request, "actor_uid", "")) or None
                         with structlog.contextvars.bound_contextvars(actor_uid=uid), \
-                                deadline.bound(context.time_remaining()):
-                            return fn(self, request, context)
+                                deadline.bound(context.time_remaining()), \
+                                answer.collecting() as later:
+                            try:
+                                return fn(self, request, context)
+                            finally:
+                                # Started once gRPC has sent the answer (or now,
+                                # when the call has already ended).
+                                if later and not context.add_callback(
+                                        lambda: answer.run_all(later)):
+                                    answer.run_all(later)
                     except AteomError as exc:
                         code = exc.code.name
                         log.warning("rpc_failed", code=code, error=bounded(str(exc), 2000))

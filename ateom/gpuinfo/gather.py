@@ -31,8 +31,8 @@ from ateom.gpuinfo.inventory import (
     quote,
 )
 from ateom.process.runner import NOT_RUN, TIMED_OUT, Runner, subprocess_runner
+from ateom.settings import DEFAULT_GPU_GLOB, DEFAULT_PROC_ROOT
 
-DEFAULT_GPU_GLOB = "/dev/nvidia[0-9]*"
 # nvidia-smi answers in well under a second; one that hangs (a wedged GPU, a
 # driver/library mismatch retrying) must not stall a checkpoint or the doctor.
 SMI_TIMEOUT = 10.0
@@ -140,7 +140,7 @@ def run_nvidia_smi(path: str, runner: Runner, timeout: float) -> tuple[list[SmiG
 
 
 def gather_worker_gpus(
-    *, proc_root: str = "/proc", gpu_glob: str | None = DEFAULT_GPU_GLOB,
+    *, proc_root: str = DEFAULT_PROC_ROOT, gpu_glob: str | None = DEFAULT_GPU_GLOB,
     nvidia_smi: str | None = None, runner: Runner = subprocess_runner,
     smi_timeout: float = SMI_TIMEOUT,
 ) -> WorkerGpus:

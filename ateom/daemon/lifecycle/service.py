@@ -155,7 +155,7 @@ class AteomService:
                                          memory_bytes=req.memory_bytes)
             self.hosting.host(actor, plan, self.hosting.runsc_for(uid, info, gpu=plan.gpu), image)
             if image is not None and discard_image:
-                self._discard(image)
+                save.discard(image)
             return plan
         except BaseException:
             self.gpus.release(uid)
@@ -163,16 +163,6 @@ class AteomService:
             raise
         finally:
             actor.lock.release()
-
-    def _discard(self, image: str) -> None:
-        """The consumed restore image: renamed aside now, removed after the answer
-        (in place, now, when it cannot be renamed)."""
-        with phase("image.discard"):
-            if not save.set_aside(image):
-                shutil.rmtree(image, ignore_errors=True)
-                return
-        answer.after_answer(threading.Thread(target=save.remove_set_aside, args=(image,),
-                                             name="discard-image", daemon=True).start)
 
     def _place(self, uid: str, req: RunRequest | RestoreRequest, info: RunscInfo,
                image: str | None) -> DeviceView:

@@ -12,8 +12,10 @@ import glob
 import os
 import secrets
 import shutil
+import threading
 from collections.abc import Sequence
 
+from ateom.daemon.calls.answer import after_answer
 from ateom.daemon.calls.phases import phase
 from ateom.daemon.sandbox.boot import Sandbox
 from ateom.errors import AteomError, ErrorCode, quote
@@ -58,6 +60,17 @@ def remove_set_aside(image: str) -> None:
     for aside in glob.glob(os.path.join(glob.escape(parent),
                                         glob.escape(_ASIDE.format(name=name)) + "*")):
         shutil.rmtree(aside, ignore_errors=True)
+
+
+def discard(image: str) -> None:
+    """A consumed restore image: renamed aside now, removed once the call has its
+    answer (`calls.answer`); removed in place, now, when it cannot be renamed."""
+    with phase("image.discard"):
+        if not set_aside(image):
+            shutil.rmtree(image, ignore_errors=True)
+            return
+    after_answer(threading.Thread(target=remove_set_aside, args=(image,),
+                                  name="discard-image", daemon=True).start)
 
 
 def file_versions(top: str) -> dict[str, FileVersion]:

@@ -140,3 +140,35 @@ def test_pod_monitor_selects_the_worker_and_its_metrics_port(
     ports = {p["name"] for p in ateom["ports"]}
     for endpoint in monitor["spec"]["podMetricsEndpoints"]:
         assert endpoint["port"] in ports
+
+
+# The Kubernetes versions the example Pod is written for: the oldest supported and the
+# newest the pinned validator knows.
+SCHEMA_VERSIONS = ("1.30", "1.37")
+CUSTOM_KINDS = {"PodMonitor"}  # prometheus-operator's CRD: no Kubernetes schema
+
+
+@pytest.mark.parametrize("version", SCHEMA_VERSIONS)
+def test_every_manifest_validates_against_the_kubernetes_schema_strictly(version: str) -> None:
+    import kubernetes_validate
+
+    checked = []
+    for path, doc in all_documents():
+        if doc["kind"] in CUSTOM_KINDS:
+            with pytest.raises(kubernetes_validate.SchemaNotFoundError):
+                kubernetes_validate.validate(doc, version, strict=True)
+            continue
+        kubernetes_validate.validate(doc, version, strict=True)  # raises naming the field
+        checked.append((path.name, doc["kind"]))
+    assert ("gpu-worker-pod.yaml", "Pod") in checked
+
+
+def test_a_broken_edit_fails_the_schema_check(pod: dict[str, Any]) -> None:
+    import copy
+
+    import kubernetes_validate
+
+    broken = copy.deepcopy(pod)
+    broken["spec"]["containers"][0]["securityContxt"] = {"privileged": False}  # misspelt
+    with pytest.raises(kubernetes_validate.ValidationError, match="securityContxt"):
+        kubernetes_validate.validate(broken, SCHEMA_VERSIONS[-1], strict=True)

@@ -213,8 +213,6 @@ class ActorTable:
         if actor is None:
             next_phase(None, op, uid)  # raises NOT_FOUND
             raise AssertionError("unreachable")
-        if actor.phase is Phase.RELEASING:  # checkpointed: gone once reaped
-            self.wait_gone(actor, max_wait, f"actor {uid}: {op.value}")
         with phase("lock.wait"):  # its own phase: time queued behind another call
             got = actor.lock.acquire(timeout=deadline.wait_limit(max_wait))
         if not got:
@@ -224,10 +222,10 @@ class ActorTable:
                 f" {op.value} not done, try again", code=ErrorCode.UNAVAILABLE)
         try:
             deadline.check(f"actor {uid}: {op.value}")
-            if actor.phase is Phase.RELEASING:  # checkpointed while we waited
-                actor.lock.release()
+            if actor.phase is Phase.RELEASING:
+                # Checkpointed: gone once reaped. Its release never takes this
+                # lock, so it is waited for holding it (queued calls stay queued).
                 self.wait_gone(actor, max_wait, f"actor {uid}: {op.value}")
-                actor.lock.acquire()
             if self.get(uid) is not actor:  # removed while we waited
                 next_phase(None, op, uid)
             before = actor.phase

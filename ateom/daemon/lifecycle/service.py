@@ -155,7 +155,7 @@ class AteomService:
                                          memory_bytes=req.memory_bytes)
             self.hosting.host(actor, plan, self.hosting.runsc_for(uid, info, gpu=plan.gpu), image)
             if image is not None and discard_image:
-                save.discard(image)
+                save.discard(image, beneath=self.config.actors_root)
             return plan
         except BaseException:
             self.gpus.release(uid)

@@ -8,13 +8,13 @@ left in the same directory.
 
 from __future__ import annotations
 
-import glob
 import os
 import secrets
 import shutil
 import threading
 from collections.abc import Sequence
 
+from ateom import safefs
 from ateom.daemon.calls.answer import after_answer
 from ateom.daemon.calls.phases import phase
 from ateom.daemon.sandbox.boot import Sandbox
@@ -39,38 +39,58 @@ def make_image_dir(path: str) -> None:
 _ASIDE = ".{name}.ateom-discarded-"
 
 
-def set_aside(image: str) -> bool:
+def set_aside(image: str, *, beneath: str) -> bool:
     """Rename a consumed restore image to a unique sibling, so the node agent's
     restore_dir is free at once (a rename: microseconds, where removing a large
-    image takes tens of ms); `remove_set_aside` deletes it later. False when it
-    could not be renamed (the caller removes it in place)."""
+    image takes tens of ms); `remove_set_aside` deletes it later. Its directory
+    is walked from `beneath` without following a symlink, and a symlink at
+    `image` would be moved, never followed. False when it could not be renamed
+    (the caller removes it in place)."""
     parent, name = os.path.split(os.path.normpath(image))
-    aside = os.path.join(parent, _ASIDE.format(name=name) + secrets.token_hex(6))
     try:
-        os.rename(image, aside)  # a symlink at `image` would be moved, never followed
+        with safefs.open_dir(parent, beneath=beneath) as fd:
+            os.rename(name, _ASIDE.format(name=name) + secrets.token_hex(6),
+                      src_dir_fd=fd, dst_dir_fd=fd)
     except OSError:
         return False
     return True
 
 
-def remove_set_aside(image: str) -> None:
+def remove_set_aside(image: str, *, beneath: str) -> None:
     """Remove every image set aside beside `image` (this restore's, and any a
-    crashed daemon left); never follows a symlink (shutil.rmtree refuses one)."""
+    crashed daemon left), through its directory's fd walked from `beneath`;
+    never follows a symlink (shutil.rmtree refuses one)."""
     parent, name = os.path.split(os.path.normpath(image))
-    for aside in glob.glob(os.path.join(glob.escape(parent),
-                                        glob.escape(_ASIDE.format(name=name)) + "*")):
-        shutil.rmtree(aside, ignore_errors=True)
+    prefix = _ASIDE.format(name=name)
+    try:
+        with safefs.open_dir(parent, beneath=beneath) as fd:
+            for entry in os.listdir(fd):
+                if entry.startswith(prefix):
+                    shutil.rmtree(entry, dir_fd=fd, ignore_errors=True)
+    except OSError:
+        return  # the actor's dir went meanwhile: nothing left to remove
 
 
-def discard(image: str) -> None:
+def _remove_in_place(image: str, *, beneath: str) -> None:
+    parent, name = os.path.split(os.path.normpath(image))
+    try:
+        with safefs.open_dir(parent, beneath=beneath) as fd:
+            shutil.rmtree(name, dir_fd=fd, ignore_errors=True)
+    except OSError:
+        return
+
+
+def discard(image: str, *, beneath: str) -> None:
     """A consumed restore image: renamed aside now, removed once the call has its
-    answer (`calls.answer`); removed in place, now, when it cannot be renamed."""
+    answer (`calls.answer`); removed in place, now, when it cannot be renamed.
+    Everything through directory fds walked from `beneath` (--actors-root)."""
     with phase("image.discard"):
-        if not set_aside(image):
-            shutil.rmtree(image, ignore_errors=True)
+        if not set_aside(image, beneath=beneath):
+            _remove_in_place(image, beneath=beneath)
             return
     after_answer(threading.Thread(target=remove_set_aside, args=(image,),
-                                  name="discard-image", daemon=True).start)
+                                  kwargs={"beneath": beneath}, name="discard-image",
+                                  daemon=True).start)
 
 
 def file_versions(top: str) -> dict[str, FileVersion]:

@@ -94,12 +94,22 @@ def test_a_consumed_image_is_set_aside_then_removed_with_any_a_crash_left(
     outside.mkdir()
     (outside / "keep").write_text("not ateom's")
     (tmp_path / ".restore.ateom-discarded-link").symlink_to(outside)
-    assert set_aside(str(image))
+    assert set_aside(str(image), beneath=str(tmp_path))
     assert not image.exists()  # the node agent's restore_dir is free at once
     assert len(list(tmp_path.glob(".restore.ateom-discarded-*"))) == 3
-    remove_set_aside(str(image))
+    remove_set_aside(str(image), beneath=str(tmp_path))
     # Both images gone; the symlink not followed: what it points at is untouched.
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         ".restore.ateom-discarded-link", "elsewhere"]
     assert (outside / "keep").read_text() == "not ateom's"
-    assert not set_aside(str(image))  # nothing there: the caller removes in place
+    assert not set_aside(str(image), beneath=str(tmp_path))  # nothing there: removed in place
+    # A parent swapped for a symlink out of the actor's dirs is not walked through.
+    actor = tmp_path / "actor"
+    actor.mkdir()
+    (outside / "restore").mkdir()
+    (outside / ".restore.ateom-discarded-feedfacecafe").mkdir()
+    (actor / "via").symlink_to(outside)
+    assert not set_aside(str(actor / "via" / "restore"), beneath=str(tmp_path))
+    remove_set_aside(str(actor / "via" / "restore"), beneath=str(tmp_path))
+    assert sorted(p.name for p in outside.iterdir()) == [
+        ".restore.ateom-discarded-feedfacecafe", "keep", "restore"]

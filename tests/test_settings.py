@@ -96,3 +96,12 @@ def test_checkpoint_info_here_reads_the_daemons_proc_root(tmp_path: Path) -> Non
     assert [g.minor for g in elsewhere.worker.gpus] == [None]
     assert any(str(tmp_path / "empty") in p for p in elsewhere.worker.problems)
 
+
+
+def test_an_empty_twin_means_the_default_for_serve_and_doctor_alike() -> None:
+    # One reader (ateom.settings) for every CLI: an empty variable is the default
+    # everywhere, not "no spec dirs" for the daemon and the defaults for the doctor.
+    empty = {"ATEOM_CDI_SPEC_DIRS": "", "ATEOM_PROC_ROOT": "", "ATEOM_GPU_PLACEMENT": ""}
+    served, doctor = _served(empty), config_from_env(empty)
+    assert (served.node, served.gpu) == (doctor.node, doctor.gpu) == (NodeSettings(),
+                                                                      GpuSettings())

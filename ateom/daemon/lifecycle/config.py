@@ -11,7 +11,8 @@ import argparse
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from ateom.errors import AteomError, ErrorCode
 from ateom.settings import (
@@ -34,7 +35,6 @@ from ateom.settings import (
     TOOLKIT_DIR_ENV,
     GpuSettings,
     NodeSettings,
-    NvproxyOptions,
 )
 
 DEFAULT_SOCKET = "/run/ateom/ateom.sock"
@@ -199,32 +199,46 @@ def _from_env(kind: str, raw: str, env_name: str) -> object:
     return raw
 
 
+# Flags whose twins `ateom.settings` reads (NodeSettings/GpuSettings.from_env, as
+# `ateom doctor` and `ateom checkpoint-info` do): flag attr -> the value's field.
+_NODE_FLAGS = {"driver_root": "driver_root", "toolkit_dir": "toolkit_dir",
+               "spec_dir": "spec_dirs", "gpu_glob": "gpu_glob"}
+_GPU_FLAGS = {"cuda_checkpoint": "cuda_checkpoint",
+              "cuda_checkpoint_timeout": "cuda_checkpoint_timeout",
+              "gpu_placement": "placement", "proc_root": "proc_root"}
+_NVPROXY_FLAGS = {"nvproxy_driver_version": "driver_version",
+                  "nvproxy_capabilities": "capabilities"}
+
+
 def from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> DaemonConfig:
-    """Build the config: flag, else ATEOM_* twin, else default. Checks values (pure)."""
+    """Build the config: flag, else ATEOM_* twin, else default. Checks values (pure).
+
+    The node's and the GPU settings' twins are read by `ateom.settings`, the one
+    reader every CLI shares; the flags given go on top."""
     environ = os.environ if environ is None else environ
     values: dict[str, object] = {}
+    settings_flags = {**_NODE_FLAGS, **_GPU_FLAGS, **_NVPROXY_FLAGS}
     for flag, env, kind, default, _ in _FLAGS:
         attr = flag[2:].replace("-", "_")
         given = getattr(args, attr, None)
         if given is not None:
             value: object = tuple(given) if kind.startswith("list") else given
+        elif attr in settings_flags:
+            continue  # from ateom.settings below
         elif env in environ:
             value = _from_env(kind, environ[env], env)
         else:
             value = default
         values[attr] = value
     values["runsc_global_flags"] = values.pop("runsc_global_flag")
-    node = NodeSettings(driver_root=values.pop("driver_root"),  # type: ignore[arg-type]
-                        toolkit_dir=values.pop("toolkit_dir"),  # type: ignore[arg-type]
-                        spec_dirs=values.pop("spec_dir"),  # type: ignore[arg-type]
-                        gpu_glob=values.pop("gpu_glob"))  # type: ignore[arg-type]
-    gpu = GpuSettings(
-        cuda_checkpoint=values.pop("cuda_checkpoint"),  # type: ignore[arg-type]
-        cuda_checkpoint_timeout=values.pop("cuda_checkpoint_timeout"),  # type: ignore[arg-type]
-        nvproxy=NvproxyOptions(values.pop("nvproxy_driver_version"),  # type: ignore[arg-type]
-                               values.pop("nvproxy_capabilities")),  # type: ignore[arg-type]
-        placement=values.pop("gpu_placement"),  # type: ignore[arg-type]
-        proc_root=values.pop("proc_root"))  # type: ignore[arg-type]
+
+    def flags_for(fields: Mapping[str, str]) -> dict[str, Any]:
+        return {name: values.pop(attr) for attr, name in fields.items() if attr in values}
+
+    node = replace(NodeSettings.from_env(environ), **flags_for(_NODE_FLAGS))
+    gpu = GpuSettings.from_env(environ)
+    nvproxy = replace(gpu.nvproxy, **flags_for(_NVPROXY_FLAGS))
+    gpu = replace(gpu, nvproxy=nvproxy, **flags_for(_GPU_FLAGS))
     config = DaemonConfig(**values, node=node, gpu=gpu,  # type: ignore[arg-type]
                           env=dict(environ))
     return check_config(config)

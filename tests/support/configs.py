@@ -12,7 +12,7 @@ from typing import Any
 
 from ateom.daemon.lifecycle.config import DaemonConfig
 from ateom.doctor.config import DoctorConfig
-from ateom.settings import GpuSettings, NodeSettings, NvproxyOptions
+from ateom.settings import GpuSettings, NodeSettings
 
 _NODE = ("driver_root", "toolkit_dir", "spec_dirs", "gpu_glob")
 # flag-spelled name -> GpuSettings field
@@ -37,4 +37,4 @@ def doctor_config(base: DoctorConfig | None = None, **kw: Any) -> DoctorConfig:
     return replace(base, **_split(kw, base.node, base.gpu))
 
 
-__all__ = ["NvproxyOptions", "daemon_config", "doctor_config"]
+__all__ = ["daemon_config", "doctor_config"]

@@ -36,6 +36,25 @@ def become_subreaper() -> bool:
     return bool(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
 
 
+def presize_fd_table(fd: int, size: int) -> list[tuple[int, int, int]]:
+    """posix_spawn file actions that give the child an fd table of `size`
+    entries (none for `size` <= 64, the table every process starts with):
+    `fd` (the child's stdin: nothing new to it) dup'ed to `size` - 1, not
+    close-on-exec.
+
+    Why: growing the fd table of a process that has threads waits for an RCU
+    grace period (the kernel's expand_fdtable: synchronize_rcu while the
+    table is shared), ~10 ms here and more on a busy node; growing it in the
+    child before its exec (one thread) does not. A forked child's table is
+    sized by its parent's highest open fd, so that fd stays open across the
+    exec, for the processes the child forks in turn (runsc's sandbox, see
+    `ateom.runsc.commands.FD_TABLE`).
+    """
+    if size <= 64:
+        return []
+    return [(os.POSIX_SPAWN_DUP2, fd, size - 1)]
+
+
 @dataclass(frozen=True, slots=True)
 class Completed:
     argv: tuple[str, ...]
@@ -118,12 +137,18 @@ class Reaper:
         stdout: int,
         stderr: int,
         env: Mapping[str, str] | None = None,
+        fd_table: int = 0,
     ) -> int:
-        """Start `argv` with the given fds as its stdio; returns the pid."""
+        """Start `argv` with the given fds as its stdio; returns the pid.
+
+        `fd_table` > 64: the child starts with room for that many fds, and so
+        do the processes it forks while it keeps them (`presize_fd_table`).
+        """
         actions = [
             (os.POSIX_SPAWN_DUP2, stdin, 0),
             (os.POSIX_SPAWN_DUP2, stdout, 1),
             (os.POSIX_SPAWN_DUP2, stderr, 2),
+            *presize_fd_table(stdin, fd_table),
         ]
         with self._cond:
             if self._thread is None:
@@ -175,6 +200,7 @@ class Reaper:
         env: Mapping[str, str] | None = None,
         timeout: float | None = None,
         meanwhile: Callable[[], None] | None = None,
+        fd_table: int = 0,
     ) -> Completed:
         """Run `argv` to completion; stderr (and stdout unless `stdout_path`) append to `log_path`.
 
@@ -190,6 +216,7 @@ class Reaper:
         spawn by a switch interval per syscall, 5 ms each). The child is
         waited for (and the timeout, counted from the spawn, applies) even
         when `meanwhile` raises; its exception is raised after that.
+        `fd_table`: as for `spawn`.
         """
         # O_NOFOLLOW: the log dirs are ateom's own, a symlink there is not.
         flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -198,7 +225,8 @@ class Reaper:
         r, w = os.pipe()
         try:
             os.close(w)
-            pid = self.spawn(argv, stdin=r, stdout=out, stderr=err, env=env)
+            pid = self.spawn(argv, stdin=r, stdout=out, stderr=err, env=env,
+                             fd_table=fd_table)
         finally:
             os.close(err)
             if out != err:

@@ -28,6 +28,14 @@ log = structlog.get_logger("ateom.runsc")
 
 LOG_TAIL_BYTES = 2048
 
+# The fd table runsc is started with (`Reaper.spawn(fd_table=)`). The sandbox
+# runsc boots moves its stdio to fds 253-255 (release-2026) or 256-258
+# (0.0~20240729) once its Go runtime runs threads; a table that small (64, as
+# the daemon's children get) grows then, waiting for an RCU grace period: ~10
+# ms of every create and restore here (docs/performance.md, "The turn").
+# Started with 512 entries, runsc forks its sandbox and gofer with 512 too.
+FD_TABLE = 512
+
 
 @dataclass(frozen=True, slots=True)
 class RunscTarget:
@@ -267,7 +275,7 @@ class Runsc:
         own_log = self.runsc_log(name)
         offsets = (_size(stdio), _size(own_log))
         done = self.reaper.run(argv, log_path=stdio, timeout=timeout or self.timeout,
-                               meanwhile=meanwhile)
+                               meanwhile=meanwhile, fd_table=FD_TABLE)
         log.debug("runsc", command=command, container=name, returncode=done.returncode)
         if check and done.returncode != 0:
             # The command's own -log holds its error; stderr (alsologtostderr)

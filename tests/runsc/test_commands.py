@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from ateom.errors import AteomError, ErrorCode
+from ateom.process.reaper import Reaper
 from ateom.runsc import commands as argv
 from ateom.runsc.probe import (
     RunscInfo,
@@ -104,6 +105,21 @@ def test_argv_of_every_runsc_call(gpu: bool) -> None:
     assert argv.delete_argv(t, "app") == [*head, "delete", "-force", "app"]
     assert argv.list_argv(t) == [*head, "list", "-quiet"]
     assert argv.events_stats_argv(t, "_pause") == [*head, "events", "--stats", "_pause"]
+
+
+def test_runsc_starts_with_room_for_its_sandboxs_stdio_fds(tmp_path: Path) -> None:
+    # runsc boot moves the sandbox's stdio to fds 253-258: a table that has to
+    # grow for them once the sandbox runs threads costs an RCU grace period.
+    fake = tmp_path / "runsc"
+    fake.write_text("#!/bin/sh\ngrep FDSize /proc/self/status\n")
+    fake.chmod(0o755)
+    info = RunscInfo(str(fake), "release-2025", frozenset(), ())
+    runsc = argv.Runsc(argv.RunscTarget(info, str(tmp_path / "root")), Reaper(),
+                       str(tmp_path / "logs"), timeout=30)
+    runsc.create("c", "/b", "/p")
+    runsc.restore("c", "/b", "/img", "/p")
+    sizes = [int(line.split()[1]) for line in Path(runsc.stdio_log("c")).read_text().splitlines()]
+    assert sizes == [argv.FD_TABLE] * 2 and argv.FD_TABLE >= 259
 
 
 def test_debian_runsc_gets_no_optional_flags() -> None:

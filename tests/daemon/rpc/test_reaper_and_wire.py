@@ -27,6 +27,24 @@ def test_run_appends_to_log_and_reports_exit_codes(tmp_path: Path) -> None:
     assert killed.returncode == -9
 
 
+def _fd_sizes(log: Path) -> list[int]:
+    return [int(line.split()[1]) for line in log.read_text().splitlines()
+            if line.startswith("FDSize:")]
+
+
+def test_fd_table_is_presized_for_the_child_and_what_it_forks(tmp_path: Path) -> None:
+    # sh's own table, then a child sh forks (grep): sized by sh's highest open fd,
+    # so that one must have stayed open across sh's exec.
+    script = "grep FDSize /proc/$$/status; grep FDSize /proc/self/status; true"
+    log = tmp_path / "l"
+    done = Reaper().run(["sh", "-c", script], log_path=str(log), fd_table=512)
+    assert done.returncode == 0
+    assert _fd_sizes(log) == [512, 512]
+    # Stdin is still the empty pipe (the fd at 511 is a copy of it).
+    done = Reaper().run(["sh", "-c", "read x || exit 3"], log_path=str(log), fd_table=512)
+    assert done.returncode == 3
+
+
 def test_timeout_kills(tmp_path: Path) -> None:
     done = Reaper().run(["sleep", "30"], log_path=str(tmp_path / "l"), timeout=0.2)
     assert done.timed_out and done.returncode == -9

@@ -18,12 +18,20 @@ with the Pod's GPU, the app holding the memory.
 
 Per size and kind, n rounds, the two sides' order alternating between rounds:
 - runsc alone: the command lines ateom runs (its own argv builders, global flags,
-  a per-container log), from this process through the same kind of reaper, on the
-  bundles ateom injected for the same actor: checkpoint (then kill and delete, as
-  ateom frees the worker), restore of each container;
+  a per-container log), from this process through the same kind of reaper and the
+  same spawn (runsc's fd table presized as ateom's Runsc does: the figure would
+  otherwise depend on the fds of the shell this runs from), on the bundles ateom
+  injected for the same actor: checkpoint (then kill and delete, as ateom frees
+  the worker), restore of each container;
 - through ateom: CheckpointWorkload, RestoreWorkload over the unix socket.
-Also, per round: the image's size and MB/s, and the time from the restore call to
-the restored process's first new tick (time to useful work). `--concurrent` actors
+Before every timed call, on both sides, every dirty page is written back (sync,
+untimed): an earlier round's image left in the page cache is otherwise flushed
+by the kernel about 30 s later, into whichever side's call runs then, and a
+checkpoint that lands in that writeback runs at the disk's speed (the 2026-12-02
+figures before this: GPU 256 MiB checkpoint +490 ms through ateom, by chance).
+Each side's images are removed once restored. Also, per round: the image's size
+and MB/s, and the time from the restore call to the restored process's first new
+tick (time to useful work). `--concurrent` actors
 (256 MiB) restored at once through ateom vs the same restores by runsc alone, vs
 one. With GPU actors, the hand-over on an exclusive worker: B refused while A holds
 every GPU, then CheckpointWorkload(A) and B's RunWorkload at once: from A's
@@ -44,7 +52,7 @@ import time
 from pathlib import Path
 
 import grpc
-from turns_actors import Turns, stats_ms, wait_text  # this dir: puts REPO on sys.path
+from turns_actors import Turns, quiesce, stats_ms, wait_text  # this dir: puts REPO on sys.path
 
 from ateom._proto import ateom_pb2 as pb  # noqa: E402
 from ateom.daemon.sandbox.state_dir import unmount_under  # noqa: E402
@@ -147,6 +155,7 @@ def handover_parts(turns: Turns, excl: Daemon, size: int, rounds: int
             actor_uid=a, actor_dirs=world.actor_dirs(a), gpus=every,
             spec=pb.WorkloadSpec(containers=[pb.Container(name="app")])), timeout=300)
         wait_text(excl.run_dir / "logs" / a / "app.log", "tick=2\n")
+        quiesce()
         started = time.perf_counter()
         excl.stub.CheckpointWorkload(pb.CheckpointWorkloadRequest(
             actor_uid=a, actor_dirs=world.actor_dirs(a)), timeout=600)
@@ -180,6 +189,7 @@ def handover(turns: Turns, results: dict[str, object], size: int, rounds: int) -
             except grpc.RpcError as err:
                 if err.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
                     raise
+            quiesce()
             started = time.perf_counter()
             excl.stub.CheckpointWorkload(pb.CheckpointWorkloadRequest(
                 actor_uid=a, actor_dirs=world.actor_dirs(a)), timeout=600)

@@ -3,7 +3,15 @@
 `Turns` holds a daemon under test (`tests.daemon.harness`) and this process's own
 reaper; each side boots an actor that holds SIZE MiB, checkpoints it, restores it
 and waits for it to work again, timing each step. The runsc-alone side runs the
-command lines ateom's argv builders make, on the bundles ateom injected.
+command lines ateom's argv builders make, on the bundles ateom injected, spawned
+as ateom spawns runsc (`FD_TABLE`).
+
+Before every timed call, on both sides, `quiesce` writes back every dirty page:
+the images earlier rounds wrote (64 MiB to 1 GiB each, into the page cache) are
+otherwise flushed by the kernel 30 s later (vm.dirty_expire_centisecs), into
+whichever call runs then, on either side; a checkpoint then writes at the disk's
+speed instead of memory's. Each side's images are removed once it is done with
+them (ateom's by the daemon, after the restore).
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ from ateom.daemon.sandbox.state_dir import remove_state_dir  # noqa: E402
 from ateom.daemon.sandbox.teardown import kill_sandbox_processes  # noqa: E402
 from ateom.process.reaper import Reaper  # noqa: E402
 from ateom.runsc.commands import (  # noqa: E402
+    FD_TABLE,
     NvproxyOptions,
     RunscTarget,
     checkpoint_argv,
@@ -69,6 +78,12 @@ def wait_text(path: Path, text: str, after: int = 0, timeout: float = 120) -> fl
             pass
         time.sleep(0.005)
     raise SystemExit(f"{text!r} never appeared in {path}")
+
+
+def quiesce() -> None:
+    """No dirty page left for the next timed call to wait behind (sync(2) writes
+    them back and waits); not timed."""
+    os.sync()
 
 
 def image_bytes(image: Path) -> int:
@@ -138,6 +153,7 @@ class Turns:
     def ateom_turn(self, uid: str, size: int, kind: str) -> dict[str, float]:
         dirs = self.run(uid, size, kind)
         containers = [pb.Container(name="app")] if kind == "gpu" else []
+        quiesce()
         started = time.perf_counter()
         self.daemon.stub.CheckpointWorkload(pb.CheckpointWorkloadRequest(
             actor_uid=uid, actor_dirs=dirs), timeout=600)
@@ -150,6 +166,7 @@ class Turns:
         os.rename(dirs.checkpoint_dir, dirs.restore_dir)
         log = self.log(uid, kind)
         mark = log.stat().st_size
+        quiesce()
         started = time.perf_counter()
         self.daemon.stub.RestoreWorkload(pb.RestoreWorkloadRequest(
             actor_uid=uid, actor_dirs=dirs, spec=pb.WorkloadSpec(containers=containers)),
@@ -201,16 +218,21 @@ class Turns:
         # The call ateom makes before it answers, with the same flags (a GPU
         # actor's: runsc runs the cuda-checkpoint ateom mounted, as ateom asks).
         flags = checkpoint_flags(DEFAULT_DRIVER_VERSION, GPUS) if kind == "gpu" else ()
+        quiesce()
         a.checkpoint = self.call(checkpoint_argv(
             a.target, names[0], str(image), flags=flags,
             log_file=str(logs / f"{containers[0]}.runsc.log")), logs / "ckpt.log")
         self.free(a)  # after the answer, as ateom frees the worker (not timed)
         return a
 
-    def alone_restore(self, a: Alone, *, until_useful: bool = True) -> tuple[float, float]:
+    def alone_restore(self, a: Alone, *, until_useful: bool = True,
+                      settled: bool = False) -> tuple[float, float]:
         """(restore, time to the first new tick) of a saved actor (the second 0.0 when
-        not `until_useful`: the restore calls alone, as an RPC's return measures)."""
+        not `until_useful`: the restore calls alone, as an RPC's return measures).
+        `settled`: the caller has just quiesced (restores run at once)."""
         mark = a.out.stat().st_size
+        if not settled:
+            quiesce()
         started = time.perf_counter()
         for name, bundle in a.containers:
             self.call(restore_argv(a.target, name, str(a.template / bundle), str(a.image),
@@ -226,19 +248,21 @@ class Turns:
         """Kill and delete every container (the root first, as ateom does)."""
         for name, _ in a.containers:
             self.reaper.run(kill_argv(a.target, name, "KILL"), log_path=str(a.logs / "k.log"),
-                            timeout=60)
+                            timeout=60, fd_table=FD_TABLE)
         for name, _ in a.containers:
             self.reaper.run(delete_argv(a.target, name), log_path=str(a.logs / "k.log"),
-                            timeout=60)
+                            timeout=60, fd_table=FD_TABLE)
 
     def alone_teardown(self, a: Alone) -> None:
         self.free(a)
         kill_sandbox_processes(str(a.root))
         remove_state_dir(str(a.root))
+        shutil.rmtree(a.image, ignore_errors=True)  # as the daemon discards its restored one
 
     def call(self, argv: list[str], log: Path) -> float:
         started = time.perf_counter()
-        done = self.reaper.run(argv, log_path=str(log), timeout=600)
+        # As ateom's Runsc spawns it: the same fd table (see FD_TABLE).
+        done = self.reaper.run(argv, log_path=str(log), timeout=600, fd_table=FD_TABLE)
         if done.returncode != 0:
             tail = log.read_text(errors="replace")[-1500:] if log.exists() else ""
             raise SystemExit(f"{argv[-2:]} failed ({done.returncode}):\n{tail}")
@@ -256,8 +280,9 @@ class Turns:
         saved = [self.alone_boot_and_save(f"{template.name}-{i}", template, "cpu")
                  for i in range(count)]
         # Each needs its own sandbox id: the root's id names its control socket.
-        took = parallel([lambda a=a: self.alone_restore(a, until_useful=False)  # type: ignore[misc]
-                         for a in saved])
+        quiesce()
+        took = parallel([lambda a=a: self.alone_restore(  # type: ignore[misc]
+            a, until_useful=False, settled=True) for a in saved])
         for a in saved:
             self.alone_teardown(a)
         return took
@@ -277,6 +302,8 @@ class Turns:
             self.daemon.stub.RestoreWorkload(pb.RestoreWorkloadRequest(
                 actor_uid=uid, actor_dirs=self.world.actor_dirs(uid)), timeout=600)
 
+        self.daemon.settle()
+        quiesce()
         took = parallel([lambda u=uid: restore(u) for uid in uids])  # type: ignore[misc]
         for uid in uids:
             self.daemon.stub.TerminateWorkload(pb.TerminateWorkloadRequest(actor_uid=uid),

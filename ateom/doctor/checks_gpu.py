@@ -168,6 +168,7 @@ def check_runsc_gpu_checkpoint(f: Facts) -> CheckResult:
             f"{_REFUSED}runsc {r.version} has no `checkpoint --cuda-checkpoint-path` "
             f"(added in {CUDA_CHECKPOINT_RUNSC})",
             fix=f"use runsc {CUDA_CHECKPOINT_RUNSC} or later (build the image with "
-            "RUNSC_FROM=binary and a newer RUNSC_BINARY)", details=details)
+            "--build-arg RUNSC_BINARY=<a gVisor release>, or put it at deploy/runsc)",
+            details=details)
     return passed(name, f"runsc {r.version} offers checkpoint --cuda-checkpoint-path "
                         f"({CUDA_CHECKPOINT_RUNSC}+)", details)

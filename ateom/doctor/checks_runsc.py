@@ -15,7 +15,8 @@ def check_runsc(f: Facts) -> CheckResult:
             name,
             Status.FAIL,
             f"runsc {r.path}: {r.error or 'not found'}",
-            fix="install runsc in the image (Dockerfile RUNSC_FROM) or set ATEOM_RUNSC/--runsc",
+            fix="install runsc in the image (Dockerfile: RUNSC_BINARY or deploy/runsc) or set "
+            "ATEOM_RUNSC/--runsc",
         )
     return passed(name, f"{r.path}: version {r.version}")
 
@@ -31,7 +32,7 @@ def check_runsc_nvproxy(f: Facts) -> CheckResult:
             Status.FAIL,
             f"runsc {r.version} has no --nvproxy: GPU actors will be refused",
             fix="use a gVisor release with nvproxy (2023+); Debian bookworm's runsc is a 2022 "
-            "build: build the image with --build-arg RUNSC_FROM=binary",
+            "build: build the image on Debian 13 or with --build-arg RUNSC_BINARY=<release>",
         )
     unsupported = [flag for flag, ok in r.flags if not ok]
     if unsupported:
@@ -98,6 +99,10 @@ def check_runsc_driver(f: Facts) -> CheckResult:
     )
 
 
+# What writing a root mapping into a new user namespace takes (capability bits).
+_MAP_CAPS = ((7, "CAP_SETUID"), (6, "CAP_SETGID"), (31, "CAP_SETFCAP"))
+
+
 def check_user_namespaces(f: Facts) -> CheckResult:
     """runsc starts its sandbox and gofers in new user namespaces: FAIL where the
     kernel refuses them, with the real cause (runsc's hint always blames the sysctl)."""
@@ -108,8 +113,18 @@ def check_user_namespaces(f: Facts) -> CheckResult:
     if not u.probed:
         return CheckResult(name, Status.WARN, f"could not test user namespaces: {u.error}",
                            fix="check that the image's python3 runs")
+    if not u.error and u.map_error:
+        missing = [cap for bit, cap in _MAP_CAPS
+                   if u.capabilities is not None and not u.capabilities >> bit & 1]
+        lacks = f": this process lacks {', '.join(missing)}" if missing else ""
+        return CheckResult(
+            name, Status.FAIL,
+            f"runsc cannot map root into its user namespaces ({u.map_error}){lacks}; every "
+            "Run fails with \"fork/exec /proc/self/exe: operation not permitted\"",
+            fix="add SETUID, SETGID and SETFCAP to the container's capabilities (mapping "
+            "uid 0 needs CAP_SETFCAP since Linux 5.12; deploy/gpu-worker-pod.yaml has them)")
     if not u.error:
-        return passed(name, "a child process can create a user namespace, as runsc does")
+        return passed(name, "a child process can create and map a user namespace, as runsc does")
     if u.chroot:
         return CheckResult(
             name, Status.FAIL,

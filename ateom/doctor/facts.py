@@ -121,6 +121,8 @@ class UsernsFact:
     error: str = ""  # strerror of unshare(CLONE_NEWUSER), "" when it worked
     chroot: bool | None = None  # / is not PID 1's root (None: could not tell)
     max_user_namespaces: int | None = None
+    map_error: str = ""  # writing the new namespace's uid_map/gid_map failed: why
+    capabilities: int | None = None  # the probe's effective capability mask
 
 
 @dataclass(frozen=True, slots=True)

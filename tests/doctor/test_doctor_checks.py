@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+from collections.abc import Sequence
 from dataclasses import replace
 
 import pytest
@@ -185,7 +188,7 @@ def test_runsc_without_nvproxy_fails_naming_the_version() -> None:
     f = replace(healthy(), runsc=RunscFact("/usr/bin/runsc", True, "0.0~20221219.0"))
     r = judge(f).result("runsc-nvproxy")
     assert r.status is Status.FAIL
-    assert "0.0~20221219.0" in r.summary and "RUNSC_FROM=binary" in r.fix
+    assert "0.0~20221219.0" in r.summary and "RUNSC_BINARY=" in r.fix
 
 
 def test_configured_nvproxy_flag_unsupported_fails() -> None:
@@ -321,6 +324,14 @@ def test_doctor_config_for_daemon_is_what_serve_resolved() -> None:
                 max_user_namespaces=0), Status.FAIL, "max_user_namespaces is 0"),
     (UsernsFact(probed=True, error="Operation not permitted", chroot=False,
                 max_user_namespaces=15000), Status.FAIL, "cannot create user namespaces"),
+    (UsernsFact(probed=True, chroot=False, max_user_namespaces=15000,
+                map_error="writing uid_map: Operation not permitted",
+                capabilities=0xC0 | 1 << 21), Status.FAIL, "lacks CAP_SETFCAP"),
+    (UsernsFact(probed=True, chroot=False, max_user_namespaces=15000,
+                map_error="writing gid_map: Operation not permitted",
+                capabilities=1 << 7 | 1 << 31), Status.FAIL, "lacks CAP_SETGID"),
+    (UsernsFact(probed=True, chroot=False, max_user_namespaces=15000),
+     Status.PASS, "create and map"),
     (UsernsFact(probed=False, error="the probe failed (exit 127)"), Status.WARN, "could not"),
     (None, Status.SKIP, "not probed"),
 ])
@@ -335,3 +346,19 @@ def test_user_namespaces_probe_runs_here() -> None:
     # The real probe, in a child python: this machine (root, no chroot) allows them.
     fact = gather_userns(subprocess_runner)
     assert fact.probed and fact.error == "" and fact.chroot is not True, fact
+    assert fact.map_error == "" and fact.capabilities is not None and fact.capabilities >> 31 & 1
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
+                    reason="needs root and util-linux's setpriv")
+def test_user_namespaces_probe_finds_a_missing_setfcap_as_runsc_meets_it() -> None:
+    # The probe without CAP_SETFCAP (dropped from its bounding set, as a container
+    # whose capabilities lack it): it can unshare, not map root; the check says which.
+    def without_setfcap(argv: Sequence[str], timeout: float = 60.0) -> tuple[int, str]:
+        return subprocess_runner(["setpriv", "--bounding-set=-setfcap", *argv], timeout=timeout)
+    fact = gather_userns(without_setfcap)
+    assert fact.probed and fact.error == "", fact
+    assert fact.map_error == "writing uid_map: Operation not permitted", fact
+    [result] = [r for r in judge(replace(healthy(), userns=fact)).results
+                if r.name == "user-namespaces"]
+    assert result.status is Status.FAIL and "lacks CAP_SETFCAP" in result.summary, result

@@ -1,73 +1,63 @@
-# syntax=docker/dockerfile:1.7
-#
 # The ateom GPU worker image: `ateom serve` as PID 1, runsc next to it.
 #
-#   docker build -t ateom-worker .                                  # runsc from Debian
-#   docker build --build-arg RUNSC_FROM=binary \
-#       --build-arg RUNSC_BINARY=https://storage.googleapis.com/gvisor/releases/release/latest/x86_64/runsc \
-#       --build-arg RUNSC_SHA512=<sha512 of that file> -t ateom-worker .   # a gVisor release
+#   podman build -t ateom-worker .          # or: docker build -t ateom-worker .
 #
-# GPUs need a runsc with --nvproxy: Debian bookworm's runsc (a 2022 build) has none, so a
-# GPU worker must be built with RUNSC_FROM=binary (a release URL or a path in the build
-# context). `ateom doctor` inside the Pod says which one the image got.
+# Which runsc the image holds, first match wins (deploy/image/install-runsc.sh decides,
+# prints what it got, and records it in /usr/local/share/ateom/runsc.source):
+#   1. --build-arg RUNSC_BINARY=<https URL>  --build-arg RUNSC_SHA512=<hex>   (required
+#      with a URL), or RUNSC_BINARY=<a path in the build context, e.g. deploy/runsc-2026…>;
+#   2. deploy/runsc in the build context (checked against deploy/runsc.sha512 if present);
+#   3. else Debian's runsc package of the base's suite. On Debian 13 that is 0.0~20240729:
+#      nvproxy, checkpoint and multi-container restore, for NVIDIA drivers up to 550.90.07
+#      only. A node with a newer driver needs a gVisor release (1. or 2.): ateom refuses a
+#      GPU actor whose driver its runsc does not list, naming both.
+# `ateom doctor` inside the Pod says the version and the drivers it supports.
 #
 # Debian slim, not Alpine: the host's NVIDIA container toolkit binaries mounted into the
-# worker (/opt/nvidia-toolkit) and the driver libraries are glibc-dynamic.
+# worker (/opt/nvidia-toolkit) and the driver libraries are glibc-dynamic. Debian 13: its
+# runsc is the oldest with nvproxy and multi-container restore; bookworm's (2022) has neither.
+#
+# No `# syntax=` line on purpose: it makes BuildKit pull a frontend image from a registry,
+# which an offline or mirrored build cannot; everything here is in BuildKit's built-in one
+# and in buildah's.
 
-# Pinned by dated tag (a rebuild gets the same Debian point release); pin by digest too
-# in a production registry mirror: --build-arg BASE_IMAGE=debian@sha256:<digest>.
-ARG BASE_IMAGE=debian:bookworm-20241202-slim
-# Where runsc comes from: "debian" (the bookworm package) or "binary" (RUNSC_BINARY).
-ARG RUNSC_FROM=debian
-# A runsc release URL or a path inside the build context; used when RUNSC_FROM=binary.
-ARG RUNSC_BINARY=deploy/runsc
-ARG RUNSC_DEBIAN_VERSION=0.0~20221219.0-2+b3
+# Pinned to a point release; pin by digest too in a production registry mirror:
+# --build-arg BASE_IMAGE=debian@sha256:<digest>.
+ARG BASE_IMAGE=debian:13.2-slim
 
 # ---------------------------------------------------------------- build: a venv with ateom
 FROM ${BASE_IMAGE} AS build
 # apt packages follow the base's suite, unpinned: Debian keeps only the newest
 # version of a package in its archive, so an exact pin breaks the build at the next
-# point or security release (busybox-static went 1:1.35.0-4+b3 -> +deb12u1+b1).
-# runsc alone is pinned: its version decides which runsc features `ateom doctor` reports.
+# point or security release. ca-certificates: pip (and a runsc URL) over TLS.
 # hadolint ignore=DL3008
 RUN apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-        python3 python3-venv \
+        python3 python3-venv ca-certificates \
     && rm -rf /var/lib/apt/lists/*
 # The venv lives at the same path in the final stage, so its scripts' shebangs stay valid.
 RUN python3 -m venv /opt/ateom
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md constraints.txt ./
 COPY ateom ./ateom
-RUN /opt/ateom/bin/pip install --no-cache-dir --disable-pip-version-check . \
+# The versions CI tested (constraints.txt), then pip itself removed: the final image
+# installs nothing at run time, and a pip there is only something for scanners to flag.
+RUN /opt/ateom/bin/pip install --no-cache-dir --disable-pip-version-check \
+        -c constraints.txt . \
+    && /opt/ateom/bin/python -m pip uninstall -y -q pip \
+    && left=$(find /opt/ateom \( -name pip -o -name 'pip[0-9]*' -o -name setuptools \) -print) \
+    && if [ -n "$left" ]; then echo "left in /opt/ateom: $left" >&2; exit 1; fi \
     && /opt/ateom/bin/ateom --version
 
-# ---------------------------------------------------------------- runsc, two sources
-FROM ${BASE_IMAGE} AS runsc-debian
-ARG RUNSC_DEBIAN_VERSION
-RUN apt-get update \
-    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-        "runsc=${RUNSC_DEBIAN_VERSION}" \
-    && install -D -m 0755 /usr/bin/runsc /out/runsc \
-    && rm -rf /var/lib/apt/lists/*
-
-FROM ${BASE_IMAGE} AS runsc-binary
-ARG RUNSC_BINARY
+# ---------------------------------------------------------------- runsc, chosen once
+# One stage whatever the source: a stage picked by an ARG in its FROM is skipped by
+# buildah when the ARG keeps its default (containers/buildah#4820).
+FROM build AS runsc
+ARG RUNSC_BINARY=""
 ARG RUNSC_SHA512=""
-# ADD, not COPY: RUNSC_BINARY may be a release URL, which only ADD fetches.
-# hadolint ignore=DL3020
-ADD --chmod=0755 ${RUNSC_BINARY} /out/runsc
-SHELL ["/bin/bash", "-o", "pipefail", "-c"]
-# A downloaded binary is checked when a checksum is given; a context path is trusted as built.
-RUN if [ -n "${RUNSC_SHA512}" ]; then \
-        echo "${RUNSC_SHA512}  /out/runsc" | sha512sum -c -; \
-    fi \
-    && /out/runsc --version
-
-# BuildKit builds only the stage this line names. (A stage of this file, not an image:
-# nothing to tag.)
-# hadolint ignore=DL3006
-FROM runsc-${RUNSC_FROM} AS runsc
+COPY deploy/image/install-runsc.sh /usr/local/sbin/install-runsc
+# The build context is mounted, not copied: its runsc (if any) never becomes a layer here.
+RUN --mount=type=bind,target=/context sh /usr/local/sbin/install-runsc /context /out
 
 # ---------------------------------------------------------------- the worker image
 FROM ${BASE_IMAGE} AS worker
@@ -86,6 +76,7 @@ RUN apt-get update \
     && chmod 0700 /run/ateom
 COPY --from=build /opt/ateom /opt/ateom
 COPY --from=runsc /out/runsc /usr/local/bin/runsc
+COPY --from=runsc /out/runsc.source /usr/local/share/ateom/runsc.source
 # The toolkit and driver dirs are settings, not PATH entries: ateom looks for nvidia-ctk
 # in $ATEOM_NVIDIA_TOOLKIT_DIR, then $ATEOM_NVIDIA_DRIVER_ROOT/bin, then PATH. These are
 # the env twins of `ateom serve --driver-root/--toolkit-dir`, read under the same names

@@ -15,7 +15,9 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 VENV=${ATEOM_VENV:-.venv}
 
-APT_PACKAGES=(runc busybox-static gcc libc6-dev procps)
+# podman, mmdebstrap: the worker image test builds the Dockerfile from a base image made
+# from Debian's archive (tests/ops/test_worker_image.py).
+APT_PACKAGES=(runc busybox-static gcc libc6-dev procps podman mmdebstrap)
 if ! command -v "$PYTHON" >/dev/null 2>&1; then
     PYTHON=python3
     APT_PACKAGES+=(python3 python3-venv)

@@ -1,0 +1,229 @@
+"""The worker image, built and run for real: `podman build -f Dockerfile .` with no
+build arguments, then the example Pod's container started with exactly its security
+context, capabilities, env, args and volumes (`pod_to_podman`), one busybox actor
+through Run -> Checkpoint -> Restore -> Terminate, `ateom doctor`, a clean stop.
+
+What it cannot show here: a GPU (no GPU on these machines, and the image's default
+runsc, Debian's, has no `checkpoint --cuda-checkpoint-path`; GPU turns on the newest
+runsc are `tests/daemon/test_e2e_real_runsc.py`), and the kubelet's cgroup limits,
+probes and ports (`Translation.not_applied`, printed). The base image is made locally
+(`podman_env`): no registry is reachable. Needs root, podman, mmdebstrap, runc and
+network access to Debian's archive and PyPI, as the set-up does; about two minutes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.ops.pod_to_podman import Translation, translate
+from tests.ops.podman_env import REPO, Podman, default_base_image, missing_tools
+from tests.support import build_busybox_bundle
+
+pytestmark = [pytest.mark.root, pytest.mark.runtime]
+if os.geteuid() != 0:
+    pytest.skip("the worker image test needs root (podman, runsc)", allow_module_level=True)
+if missing_tools():
+    pytest.skip(f"the worker image test needs {', '.join(missing_tools())} "
+                "(scripts/bootstrap.sh installs them)", allow_module_level=True)
+
+TAG = "localhost/ateom-worker:image-test"
+POD = REPO / "deploy" / "gpu-worker-pod.yaml"
+COUNTER = "i=0; while true; do i=$((i+1)); echo tick=$i; sleep 0.1; done"
+CAP_NAMES = ["CHOWN", "DAC_OVERRIDE", "DAC_READ_SEARCH", "FOWNER", "FSETID", "KILL", "SETGID",
+             "SETUID", "SETPCAP", "LINUX_IMMUTABLE", "NET_BIND_SERVICE", "NET_BROADCAST",
+             "NET_ADMIN", "NET_RAW", "IPC_LOCK", "IPC_OWNER", "SYS_MODULE", "SYS_RAWIO",
+             "SYS_CHROOT", "SYS_PTRACE", "SYS_PACCT", "SYS_ADMIN", "SYS_BOOT", "SYS_NICE",
+             "SYS_RESOURCE", "SYS_TIME", "SYS_TTY_CONFIG", "MKNOD", "LEASE", "AUDIT_WRITE",
+             "AUDIT_CONTROL", "SETFCAP", "MAC_OVERRIDE", "MAC_ADMIN", "SYSLOG", "WAKE_ALARM",
+             "BLOCK_SUSPEND", "AUDIT_READ", "PERFMON", "BPF", "CHECKPOINT_RESTORE"]
+
+
+def caps_of(status: str, field: str) -> set[str]:
+    mask = int(re.search(rf"^{field}:\s*([0-9a-f]+)$", status, re.M).group(1), 16)  # type: ignore[union-attr]
+    return {name for bit, name in enumerate(CAP_NAMES) if mask >> bit & 1}
+
+
+@pytest.fixture(scope="module")
+def podman(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Podman]:
+    root = tmp_path_factory.mktemp("podman")
+    tool = Podman(root)
+    info = tool("info", check=False)
+    if info.returncode != 0:  # podman itself cannot work here (e.g. no storage driver)
+        pytest.skip(f"podman cannot run on this machine: {info.stderr.strip()[-500:]}")
+    yield tool
+    tool("rm", "--all", "--force", "--time", "0", check=False)
+    tool("rmi", "--all", "--force", check=False, timeout=300)
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def build(podman: Podman, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The build log of `podman build -f Dockerfile .`, no build arguments."""
+    podman.make_base(default_base_image(), tmp_path_factory.mktemp("base"))
+    done = podman("build", *podman.limits(), "-f", "Dockerfile", "-t", TAG, str(REPO),
+                  timeout=1800)
+    return done.stdout + done.stderr
+
+
+def in_image(podman: Podman, script: str) -> subprocess.CompletedProcess[str]:
+    return podman("run", "--rm", *podman.limits(), "--entrypoint", "/bin/sh", TAG, "-c", script,
+                  check=False)
+
+
+def test_the_default_build_says_which_runsc_it_got(build: str, podman: Podman) -> None:
+    printed = [ln.partition("runsc for the image: ")[2] for ln in build.splitlines()
+               if "runsc for the image: " in ln]
+    recorded = in_image(podman, "cat /usr/local/share/ateom/runsc.source").stdout.splitlines()
+    assert printed == recorded and len(recorded) == 4
+    expected = ("build-context file deploy/runsc" if (REPO / "deploy" / "runsc").exists()
+                else "Debian package runsc ")
+    assert recorded[0].startswith("source: " + expected)
+    version = in_image(podman, "runsc --version | head -n 1").stdout.strip()
+    assert recorded[2] == "version: " + version
+    sha = in_image(podman, "sha512sum /usr/local/bin/runsc").stdout.split()[0]
+    assert recorded[1] == "sha512: " + sha
+    # Debian 13's runsc: nvproxy, for the drivers it lists (the build says which).
+    assert re.match(r"nvproxy: drivers \d+\.\d+\.\d+ \.\.\. \d+\.\d+\.\d+ \(\d+ listed\)$",
+                    recorded[3]), recorded[3]
+
+
+def test_the_final_image_has_no_pip_and_no_compilers(build: str, podman: Podman) -> None:
+    pip = "\\( -name pip -o -name 'pip[0-9]*' -o -name setuptools -o -name 'setuptools-*' \\)"
+    compilers = ("\\( -type f -o -type l \\) -perm /111 \\( -name gcc -o -name 'gcc-[0-9]*' "
+                 "-o -name cc -o -name 'c++' -o -name 'x86_64-linux-gnu-gcc*' \\)")
+    found = in_image(podman, f"find / -xdev {pip} -print -o {compilers} -print")
+    assert found.returncode == 0 and found.stdout == "", found.stdout
+    assert in_image(podman, "python3 -m pip --version").returncode != 0
+    assert in_image(podman, "ateom --version").returncode == 0
+
+
+# ---------------------------------------------------------------- the Pod's container
+
+class Worker:
+    def __init__(self, podman: Podman, pod: dict[str, Any], plan: Translation) -> None:
+        self.podman, self.pod, self.plan = podman, pod, plan
+        self.name = pod["metadata"]["name"]
+        self.socket = plan.host_path(plan.env["ATEOM_SOCKET"])
+        self.actors_in = plan.env["ATEOM_ACTORS_ROOT"]        # the path the worker sees
+        self.actors = plan.host_path(self.actors_in)           # the same dir on this host
+        self.run_dir = plan.host_path(plan.env.get("ATEOM_RUN_DIR", "/run/ateom"))
+
+    def call(self, method: str, body: dict[str, Any], check: bool = True
+             ) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run([shutil.which("grpcurl") or "grpcurl", "-plaintext", "-unix",
+                               "-d", json.dumps(body), str(self.socket), method],
+                              capture_output=True, text=True, timeout=120, check=False)
+        assert not check or done.returncode == 0, f"{method}: {done.stderr}"
+        return done
+
+    def exec(self, *argv: str) -> subprocess.CompletedProcess[str]:
+        return self.podman("exec", self.name, *argv, check=False)
+
+    def dirs(self, uid: str) -> dict[str, str]:
+        root = f"{self.actors_in}/{uid}"
+        return {"root_dir": root, "oci_bundle_dir": f"{root}/bundles",
+                "checkpoint_dir": f"{root}/checkpoint", "restore_dir": f"{root}/restore"}
+
+    def ticks(self, uid: str) -> list[int]:
+        log = self.run_dir / "logs" / uid / "_pause.log"
+        text = log.read_text(errors="replace") if log.exists() else ""
+        return [int(x) for x in re.findall(r"^tick=(\d+)$", text, re.M)]
+
+
+@pytest.fixture(scope="module")
+def worker(build: str, podman: Podman, tmp_path_factory: pytest.TempPathFactory
+           ) -> Iterator[Worker]:
+    pod = yaml.safe_load(POD.read_text())
+    plan = translate(pod, "ateom", tmp_path_factory.mktemp("node"))
+    print("not applied by a single podman container:", ", ".join(plan.not_applied))
+    w = Worker(podman, pod, plan)
+    podman("run", "--detach", "--name", w.name, *podman.limits(), *plan.flags, TAG, *plan.args)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if w.call("grpc.health.v1.Health/Check", {}, check=False).stdout.count("SERVING"):
+            break
+        time.sleep(0.2)
+    else:
+        pytest.fail("the worker never served:\n" + podman("logs", w.name, check=False).stderr)
+    yield w
+    podman("rm", "--force", "--time", "0", w.name, check=False)
+
+
+def test_ateom_serve_is_pid_1_with_the_manifests_capabilities(worker: Worker) -> None:
+    cmdline = worker.exec("cat", "/proc/1/cmdline").stdout.split("\0")
+    assert cmdline[1:3] == ["/opt/ateom/bin/ateom", "serve"]
+    assert cmdline[3:-1] == worker.plan.args
+    status = worker.exec("cat", "/proc/1/status").stdout
+    # A capability this machine's own bounding set lacks cannot be given to any container
+    # here (SYS_RESOURCE on these VMs): expected is the manifest's, less those.
+    bounding = caps_of(Path("/proc/self/status").read_text(), "CapBnd")
+    expected = set(worker.plan.caps) & bounding
+    print("capabilities the manifest adds that this machine cannot give:",
+          sorted(set(worker.plan.caps) - bounding) or "none")
+    assert caps_of(status, "CapEff") == expected
+    assert worker.exec("cat", "/proc/1/environ").stdout.split("\0").count(
+        "ATEOM_SOCKET=" + worker.plan.env["ATEOM_SOCKET"]) == 1
+
+
+def test_a_busybox_actor_runs_is_checkpointed_restored_and_terminated(worker: Worker) -> None:
+    uid = "image-actor"
+    build_busybox_bundle(worker.actors / uid / "bundles" / "_pause", ["sh", "-c", COUNTER])
+    body = {"actor_uid": uid, "actor_dirs": worker.dirs(uid)}
+    worker.call("ateom.Ateom/RunWorkload", body)
+    wait_for(lambda: len(worker.ticks(uid)) >= 5, "the actor's ticks")
+    saved = json.loads(worker.call("ateom.Ateom/CheckpointWorkload", body).stdout)
+    at_checkpoint = max(worker.ticks(uid))
+    checkpoint = worker.actors / uid / "checkpoint"
+    files = saved.get("snapshot_files") or saved.get("snapshotFiles")  # by grpcurl's version
+    assert files and all((checkpoint / f).is_file() for f in files), saved
+    wait_for(lambda: not json.loads(worker.call("ateom.Inspect/ListActors", {}).stdout
+                                    or "{}").get("actors"), "the checkpointed actor's release")
+    shutil.copytree(checkpoint, worker.actors / uid / "restore")
+    worker.call("ateom.Ateom/RestoreWorkload", body)
+    # The restored process counts on from its memory, not from 1.
+    wait_for(lambda: max(worker.ticks(uid)) >= at_checkpoint + 3, "ticks after the restore")
+    after = worker.ticks(uid)[worker.ticks(uid).index(at_checkpoint) + 1:]
+    assert after[:3] == [at_checkpoint + 1, at_checkpoint + 2, at_checkpoint + 3]
+    worker.call("ateom.Ateom/TerminateWorkload", {"actor_uid": uid})
+    assert not json.loads(worker.call("ateom.Inspect/ListActors", {}).stdout or "{}").get("actors")
+    assert not (worker.run_dir / "actors" / uid).exists(), "runsc state left behind"
+
+
+def test_ateom_doctor_runs_in_the_worker(worker: Worker) -> None:
+    done = worker.exec("ateom", "doctor", "--json")
+    assert done.returncode in (0, 1), done.stderr  # 1: a check failed; anything else: a crash
+    checks = {c["name"]: c["status"] for c in json.loads(done.stdout)["checks"]}
+    assert checks["runsc"] == checks["user-namespaces"] == checks["runsc-nvproxy"] == "PASS"
+    # No GPU on this machine: the doctor says so instead of passing.
+    assert checks["gpu-nodes"] == "FAIL"
+
+
+def test_the_worker_stops_cleanly_on_sigterm(worker: Worker) -> None:
+    grace = worker.pod["spec"]["terminationGracePeriodSeconds"]
+    started = time.monotonic()
+    worker.podman("stop", "--time", str(grace), worker.name, timeout=grace + 30)
+    assert time.monotonic() - started < grace
+    state = json.loads(worker.podman("inspect", worker.name).stdout)[0]["State"]
+    assert state["ExitCode"] == 0 and not state["OOMKilled"]
+    logs = worker.podman("logs", worker.name)
+    events = [json.loads(ln)["event"] for ln in (logs.stdout + logs.stderr).splitlines()
+              if ln.startswith("{")]
+    assert events[-3:] == ["draining", "drained", "stopped"]
+
+
+def wait_for(ready: Any, what: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not ready():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)

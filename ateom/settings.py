@@ -39,6 +39,13 @@ NVPROXY_DRIVER_VERSION_ENV = "ATEOM_NVPROXY_DRIVER_VERSION"
 NVPROXY_CAPABILITIES_ENV = "ATEOM_NVPROXY_CAPABILITIES"
 GPU_PLACEMENT_ENV = "ATEOM_GPU_PLACEMENT"
 PROC_ROOT_ENV = "ATEOM_PROC_ROOT"
+# Global runsc flags for every call, space-separated (`ateom serve --runsc-global-flag`).
+RUNSC_GLOBAL_FLAGS_ENV = "ATEOM_RUNSC_GLOBAL_FLAGS"
+
+
+def runsc_global_flags_from_env(environ: Mapping[str, str] = os.environ) -> tuple[str, ...]:
+    """The global runsc flags $ATEOM_RUNSC_GLOBAL_FLAGS names, as `ateom serve` splits them."""
+    return tuple(environ.get(RUNSC_GLOBAL_FLAGS_ENV, "").split())
 
 
 @dataclass(frozen=True, slots=True)

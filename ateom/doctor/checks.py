@@ -40,7 +40,9 @@ from ateom.doctor.checks_node import (
 )
 from ateom.doctor.checks_runsc import (
     check_runsc,
+    check_runsc_cgroups,
     check_runsc_driver,
+    check_runsc_network,
     check_runsc_nvproxy,
     check_user_namespaces,
 )
@@ -62,6 +64,8 @@ _TABLE: tuple[tuple[str, Callable[[Facts], CheckResult]], ...] = (
     ("cdi-mps", check_cdi_mps),
     ("runsc", check_runsc),
     ("user-namespaces", check_user_namespaces),
+    ("runsc-cgroups", check_runsc_cgroups),
+    ("runsc-network", check_runsc_network),
     ("runsc-nvproxy", check_runsc_nvproxy),
     ("runsc-driver", check_runsc_driver),
     ("dry-run-injection", check_dry_run_injection),

@@ -142,3 +142,64 @@ def check_user_namespaces(f: Facts) -> CheckResult:
         name, Status.FAIL, f"runsc cannot create user namespaces ({u.error})",
         fix="allow user namespaces for the worker (seccomp/AppArmor profile, "
         "kernel.unprivileged_userns_clone, the container runtime's settings)")
+
+
+def global_flag(flags: tuple[str, ...], name: str, *, boolean: bool = False) -> str | None:
+    """The value runsc reads for its global flag `name` from `flags`, the last one
+    winning as in Go's flag package: ``-name=v`` or ``--name=v``; ``-name v`` for a
+    valued flag; a bare ``-name`` is "true" for a boolean one. None when absent."""
+    value = None
+    for i, token in enumerate(flags):
+        key, eq, given = token.lstrip("-").partition("=")
+        if not token.startswith("-") or key != name:
+            continue
+        if eq:
+            value = given
+        elif boolean:
+            value = "true"
+        elif i + 1 < len(flags):
+            value = flags[i + 1]
+    return value
+
+
+def check_runsc_cgroups(f: Facts) -> CheckResult:
+    """FAIL where runsc would have to make a cgroup per sandbox on a read-only cgroupfs
+    (every container that is not privileged gets one): every Run fails at create."""
+    name = "runsc-cgroups"
+    flags = f.config.runsc_global_flags
+    if global_flag(flags, "ignore-cgroups", boolean=True) in ("true", "1", "t", "T", "TRUE"):
+        return passed(name, "runsc runs with --ignore-cgroups: every actor in the worker's "
+                            "own cgroup, its cpu/memory limits written but not enforced")
+    if f.cgroups is None:
+        return CheckResult(name, Status.WARN, "could not read /proc/self/mountinfo to see "
+                           "whether runsc can make a cgroup per sandbox")
+    readonly = [m.path for m in f.cgroups if m.readonly]
+    if readonly or not f.cgroups:
+        where = ("read-only here: " + ", ".join(readonly[:4])) if readonly else "not mounted"
+        return CheckResult(
+            name, Status.FAIL,
+            f"cgroupfs is {where}; runsc makes a cgroup per sandbox, so every Run fails "
+            "(\"mkdir /sys/fs/cgroup/...: read-only file system\")",
+            fix="add --ignore-cgroups to ATEOM_RUNSC_GLOBAL_FLAGS (deploy/gpu-worker-pod.yaml "
+            "has it; actors then share the Pod's cgroup)")
+    return passed(name, "cgroupfs is writable: runsc makes a cgroup per sandbox")
+
+
+def check_runsc_network(f: Facts) -> CheckResult:
+    """WARN unless actors get no network: without --network=none a sandbox joins the
+    network namespace its bundle names, and one that names none is refused by runsc."""
+    name = "runsc-network"
+    network = global_flag(f.config.runsc_global_flags, "network")
+    if network == "none":
+        return passed(name, "actors get a loopback interface only (--network=none)")
+    if network == "host":
+        return CheckResult(name, Status.WARN, "runsc runs with --network=host: every actor "
+                           "shares the worker's network namespace and its addresses",
+                           fix="use --network=none unless actors must reach the network")
+    return CheckResult(
+        name, Status.WARN,
+        f"runsc's network is {network or 'sandbox (its default)'}: a sandbox joins the network "
+        "namespace its bundle names, and one whose bundle names none fails (\"cannot run "
+        "with network enabled in root network namespace\")",
+        fix="add --network=none to ATEOM_RUNSC_GLOBAL_FLAGS unless the node agent gives "
+        "every bundle a network namespace of its own")

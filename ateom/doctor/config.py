@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ateom.errors import AteomError, ErrorCode, quote
-from ateom.settings import GpuSettings, NodeSettings
+from ateom.settings import GpuSettings, NodeSettings, runsc_global_flags_from_env
 
 DEFAULT_DEVICES = ("nvidia.com/gpu=all",)
 # nvproxy needs these two; nvidia-uvm-tools and nvidia-modeset are optional.
@@ -40,6 +40,8 @@ class DoctorConfig:
         expected: what they lack FAILs. gpu.placement is checked, not
         parsed, here: a bad value is a finding.
     max_actors: the daemon's ``--max-actors``.
+    runsc_global_flags: the daemon's global runsc flags (its env twin), judged
+        against the cgroups and network namespace the worker runs in.
     generate_timeout / probe_timeout: seconds allowed for nvidia-ctk cdi
         generate / for each runsc command; after one runsc command times out
         the rest are not run.
@@ -48,6 +50,7 @@ class DoctorConfig:
     node: NodeSettings = field(default_factory=NodeSettings)
     gpu: GpuSettings = field(default_factory=GpuSettings)
     runsc: str = "runsc"
+    runsc_global_flags: tuple[str, ...] = ()
     devices: tuple[str, ...] = DEFAULT_DEVICES
     control_nodes: tuple[str, ...] = ()
     proc_driver_version: str = ""
@@ -90,7 +93,8 @@ def config_from_env(environ: Mapping[str, str] = os.environ) -> DoctorConfig:
     registry and injector for their own): ``ATEOM_CDI_SPEC_DIRS`` (split on
     ``:`` like PATH), ``ATEOM_NVIDIA_DRIVER_ROOT``, ``ATEOM_NVIDIA_TOOLKIT_DIR``,
     ``ATEOM_CUDA_CHECKPOINT``, ``ATEOM_GPU_PLACEMENT``, ``ATEOM_PROC_ROOT``,
-    ``ATEOM_NVPROXY_*``, ``ATEOM_MAX_ACTORS`` (`NodeSettings.from_env`,
+    ``ATEOM_NVPROXY_*``, ``ATEOM_MAX_ACTORS``, ``ATEOM_RUNSC_GLOBAL_FLAGS``
+    (`NodeSettings.from_env`,
     `GpuSettings.from_env`). Raises AteomError (INVALID_ARGUMENT) for a
     number that is not one, as ``ateom serve`` refuses to start with it.
     """
@@ -104,5 +108,6 @@ def config_from_env(environ: Mapping[str, str] = os.environ) -> DoctorConfig:
         node=NodeSettings.from_env(environ),
         gpu=GpuSettings.from_env(environ),
         runsc=_first(environ, "ATEOM_RUNSC") or "runsc",
+        runsc_global_flags=runsc_global_flags_from_env(environ),
         max_actors=actors,
     )

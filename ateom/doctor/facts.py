@@ -126,6 +126,15 @@ class UsernsFact:
 
 
 @dataclass(frozen=True, slots=True)
+class CgroupMount:
+    """A cgroup filesystem mounted where the worker runs (from /proc/self/mountinfo)."""
+
+    path: str
+    fstype: str  # cgroup (v1) or cgroup2
+    readonly: bool
+
+
+@dataclass(frozen=True, slots=True)
 class InjectionFact:
     """A dry-run injection of the doctor's devices into a scratch bundle."""
 
@@ -155,6 +164,7 @@ class Facts:
     worker_gpus: WorkerGpus | None = None
     cuda_checkpoint: CudaCheckpointFacts | None = None  # None when not probed
     userns: UsernsFact | None = None  # None when not probed
+    cgroups: tuple[CgroupMount, ...] | None = None  # None when mountinfo was unreadable
 
     @property
     def driver_version(self) -> str:

@@ -18,7 +18,14 @@ from collections.abc import Mapping
 from ateom.doctor.config import DoctorConfig
 from ateom.doctor.facts import Facts, RunscFact
 from ateom.doctor.gather_cdi import gather_cdi
-from ateom.doctor.gather_node import dir_fact, host_driver_version, natural, stat_node, tool_fact
+from ateom.doctor.gather_node import (
+    dir_fact,
+    gather_cgroups,
+    host_driver_version,
+    natural,
+    stat_node,
+    tool_fact,
+)
 from ateom.doctor.gather_userns import gather_userns
 from ateom.errors import AteomError
 from ateom.gpuinfo.cuda_checkpoint import CudaCheckpointFacts, probe
@@ -106,6 +113,7 @@ def gather(
         worker_gpus=gather_gpus(config, environ, run),
         cuda_checkpoint=gather_cuda_checkpoint(config, environ, run),
         userns=gather_userns(run, config.probe_timeout),
+        cgroups=gather_cgroups(),
     )
 
 

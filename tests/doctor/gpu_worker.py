@@ -71,6 +71,9 @@ esac
 exec "$REAL" "$@"
 """
 
+# The example Pod's global runsc flags (deploy/gpu-worker-pod.yaml).
+POD_RUNSC_FLAGS = "--ignore-cgroups --network=none"
+
 
 def _executable(path: Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -130,6 +133,7 @@ class GpuWorker:
             runsc=str(self.runsc),
             proc_driver_version=str(self.root / "proc-driver-nvidia-version"),
             proc_root=str(self.proc_root),
+            runsc_global_flags=tuple(POD_RUNSC_FLAGS.split()),
         )
         return doctor_config(base, **changes)
 
@@ -142,6 +146,7 @@ class GpuWorker:
             "ATEOM_NVIDIA_TOOLKIT_DIR": str(self.toolkit),
             "ATEOM_CDI_SPEC_DIRS": str(self.root / "cdi"),
             "ATEOM_RUNSC": str(self.runsc),
+            "ATEOM_RUNSC_GLOBAL_FLAGS": POD_RUNSC_FLAGS,
         }
 
     # -- seeded breakages ---------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ateom.cdi.model import ContainerEdits, DeviceNode, EditStep, Resolution
 from ateom.doctor.config import DoctorConfig
 from ateom.doctor.facts import (
+    CgroupMount,
     DirFact,
     Facts,
     InjectionFact,
@@ -40,7 +41,8 @@ GPU0 = DeviceNode("/dev/nvidia0", type="c", major=195, minor=0)
 
 
 def healthy() -> Facts:
-    config = DoctorConfig()
+    # The example Pod's global flags, in a container whose cgroupfs is read-only.
+    config = DoctorConfig(runsc_global_flags=("--ignore-cgroups", "--network=none"))
     return Facts(
         config=config,
         gpu_nodes=(NodeFact("/dev/nvidia0", "c", 195, 0), NodeFact("/dev/nvidia3", "c", 195, 3)),
@@ -82,4 +84,5 @@ def healthy() -> Facts:
             ("/usr/local/nvidia/bin", "/opt/nvidia-toolkit", "$PATH"),
             "/usr/local/nvidia/bin/cuda-checkpoint", executable=True, help=HELP_590),
         userns=UsernsFact(probed=True, chroot=False, max_user_namespaces=15000),
+        cgroups=(CgroupMount("/sys/fs/cgroup", "cgroup2", readonly=True),),
     )

@@ -6,6 +6,7 @@ import os
 import shutil
 from collections.abc import Sequence
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +15,7 @@ from ateom.doctor import CHECK_NAMES, Status, judge
 from ateom.doctor.checks import CHECKS
 from ateom.doctor.config import DoctorConfig, config_from_env
 from ateom.doctor.facts import (
+    CgroupMount,
     DirFact,
     Facts,
     InjectionFact,
@@ -24,6 +26,7 @@ from ateom.doctor.facts import (
     ToolFact,
     UsernsFact,
 )
+from ateom.doctor.gather_node import gather_cgroups
 from ateom.doctor.gather_userns import gather_userns
 from ateom.doctor.report import render_json, render_text, report_to_dict
 from ateom.process.runner import subprocess_runner
@@ -228,7 +231,7 @@ def test_text_report_one_line_per_check_with_fix_and_verdict() -> None:
     assert lines[0].startswith("FAIL  gpu-nodes")
     assert any(line.strip().startswith("fix: request nvidia.com/gpu") for line in lines)
     # Without GPU nodes the inventory, placement and checkpoint-driver checks skip.
-    assert lines[-1] == "NOT OK: 15 passed, 0 warned, 1 failed, 3 skipped"
+    assert lines[-1] == "NOT OK: 17 passed, 0 warned, 1 failed, 3 skipped"
     for name in CHECK_NAMES:
         assert sum(1 for ln in lines if ln[6:].startswith(name + " ")) == 1, name
 
@@ -362,3 +365,65 @@ def test_user_namespaces_probe_finds_a_missing_setfcap_as_runsc_meets_it() -> No
     [result] = [r for r in judge(replace(healthy(), userns=fact)).results
                 if r.name == "user-namespaces"]
     assert result.status is Status.FAIL and "lacks CAP_SETFCAP" in result.summary, result
+
+
+# -- cgroups and network ----------------------------------------------------------
+
+RO_V1 = (CgroupMount("/sys/fs/cgroup/memory", "cgroup", True),
+         CgroupMount("/sys/fs/cgroup/blkio", "cgroup", True))
+
+
+@pytest.mark.parametrize(("flags", "cgroups", "status", "says"), [
+    (("--ignore-cgroups",), RO_V1, Status.PASS, "--ignore-cgroups"),
+    (("-ignore-cgroups=true",), RO_V1, Status.PASS, "--ignore-cgroups"),
+    (("--ignore-cgroups", "--ignore-cgroups=false"), RO_V1, Status.FAIL,
+     "read-only here: /sys/fs/cgroup/memory, /sys/fs/cgroup/blkio"),
+    (("--network=none",), RO_V1, Status.FAIL, "every Run fails"),
+    ((), (CgroupMount("/sys/fs/cgroup", "cgroup2", False),), Status.PASS, "writable"),
+    ((), (), Status.FAIL, "not mounted"),
+    ((), None, Status.WARN, "could not read"),
+])
+def test_runsc_cgroups_fails_where_runsc_cannot_make_one(
+        flags: tuple[str, ...], cgroups: tuple[CgroupMount, ...] | None, status: Status,
+        says: str) -> None:
+    f = replace(healthy(), cgroups=cgroups,
+                config=replace(healthy().config, runsc_global_flags=flags))
+    result = judge(f).result("runsc-cgroups")
+    assert result.status is status and says in result.summary, result
+    if status is Status.FAIL and cgroups:
+        assert "--ignore-cgroups" in result.fix
+
+
+@pytest.mark.parametrize(("flags", "status", "says"), [
+    (("--network=none",), Status.PASS, "loopback"),
+    (("-network", "none"), Status.PASS, "loopback"),
+    (("--network=none", "--network=sandbox"), Status.WARN, "network is sandbox"),
+    ((), Status.WARN, "sandbox (its default)"),
+    (("--network=host",), Status.WARN, "shares the worker's network"),
+])
+def test_runsc_network_warns_unless_actors_get_none(flags: tuple[str, ...], status: Status,
+                                                    says: str) -> None:
+    f = replace(healthy(), config=replace(healthy().config, runsc_global_flags=flags))
+    result = judge(f).result("runsc-network")
+    assert result.status is status and says in result.summary, result
+
+
+def test_cgroup_mounts_are_read_from_mountinfo(tmp_path: Path) -> None:
+    mountinfo = tmp_path / "mountinfo"
+    mountinfo.write_text(
+        "22 1 0:21 / / rw,relatime - ext4 /dev/vda rw\n"
+        "30 22 0:26 / /sys/fs/cgroup ro,nosuid - tmpfs tmpfs ro,mode=755\n"
+        "31 30 0:27 / /sys/fs/cgroup/memory ro,nosuid shared:9 - cgroup cgroup rw,memory\n"
+        "32 30 0:28 / /sys/fs/cgroup/unified rw,nosuid - cgroup2 cgroup2 rw\n"
+        "33 30 0:29 / /sys/fs/cgroup/cpu rw,nosuid - cgroup cgroup ro,cpu\n")
+    assert gather_cgroups(str(mountinfo)) == (
+        CgroupMount("/sys/fs/cgroup/memory", "cgroup", True),
+        CgroupMount("/sys/fs/cgroup/unified", "cgroup2", False),
+        CgroupMount("/sys/fs/cgroup/cpu", "cgroup", True))
+    assert gather_cgroups(str(tmp_path / "absent")) is None
+
+
+def test_the_doctor_reads_the_daemons_global_runsc_flags_twin() -> None:
+    cfg = config_from_env({"ATEOM_RUNSC_GLOBAL_FLAGS": " --ignore-cgroups  --network=none "})
+    assert cfg.runsc_global_flags == ("--ignore-cgroups", "--network=none")
+    assert config_from_env({}).runsc_global_flags == ()

@@ -25,7 +25,7 @@ from ateom.daemon.rpc.inspection import Inspector
 from ateom.daemon.rpc.server import RunningServer, start_server
 from ateom.doctor import CHECK_NAMES
 from ateom.process.reaper import Reaper
-from tests.doctor.gpu_worker import GpuWorker
+from tests.doctor.gpu_worker import POD_RUNSC_FLAGS, GpuWorker
 from tests.support import configs
 
 REPO = Path(__file__).resolve().parents[2]
@@ -40,7 +40,7 @@ def daemon_config(worker: GpuWorker, base: Path) -> DaemonConfig:
         socket=str(base / "run" / "ateom.sock"), runsc=str(worker.runsc),
         gpu_glob=str(worker.dev / "nvidia[0-9]*"), spec_dirs=(str(worker.root / "cdi"),),
         driver_root=str(worker.root / "driver"), toolkit_dir=str(worker.toolkit),
-        env=worker.env(),
+        runsc_global_flags=tuple(POD_RUNSC_FLAGS.split()), env=worker.env(),
     )
 
 

@@ -205,8 +205,15 @@ def test_ateom_doctor_runs_in_the_worker(worker: Worker) -> None:
     assert done.returncode in (0, 1), done.stderr  # 1: a check failed; anything else: a crash
     checks = {c["name"]: c["status"] for c in json.loads(done.stdout)["checks"]}
     assert checks["runsc"] == checks["user-namespaces"] == checks["runsc-nvproxy"] == "PASS"
+    assert checks["runsc-cgroups"] == checks["runsc-network"] == "PASS"
     # No GPU on this machine: the doctor says so instead of passing.
     assert checks["gpu-nodes"] == "FAIL"
+    # The container runtime gave the worker cgroupfs read-only: without the manifest's
+    # --ignore-cgroups every Run would fail, and the doctor says so.
+    done = worker.podman("exec", "--env", "ATEOM_RUNSC_GLOBAL_FLAGS=--network=none",
+                         worker.name, "ateom", "doctor", "--json", check=False)
+    [cgroups] = [c for c in json.loads(done.stdout)["checks"] if c["name"] == "runsc-cgroups"]
+    assert cgroups["status"] == "FAIL" and "read-only" in cgroups["summary"], cgroups
 
 
 def test_the_worker_stops_cleanly_on_sigterm(worker: Worker) -> None:

@@ -75,6 +75,7 @@ def doctor_config(config: DaemonConfig, spec_dirs: Sequence[str]) -> DoctorConfi
     environment, and the spec dirs it actually uses (a generated spec's included)."""
     node = dataclasses.replace(config.node, spec_dirs=tuple(spec_dirs))
     return DoctorConfig(node=node, gpu=config.gpu, runsc=config.runsc,
+                        runsc_global_flags=config.runsc_global_flags,
                         max_actors=config.max_actors)
 
 

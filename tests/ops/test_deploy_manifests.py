@@ -148,6 +148,16 @@ SCHEMA_VERSIONS = ("1.30", "1.37")
 CUSTOM_KINDS = {"PodMonitor"}  # prometheus-operator's CRD: no Kubernetes schema
 
 
+def test_the_worker_runs_in_a_namespace_that_admits_it(pod: dict[str, Any]) -> None:
+    # SYS_ADMIN, hostPath and Unconfined profiles are outside "baseline": the Pod's own
+    # namespace must enforce "privileged", or the API server rejects the Pod.
+    namespaces = {d["metadata"]["name"]: d for _, d in all_documents() if d["kind"] == "Namespace"}
+    ns = namespaces[pod["metadata"]["namespace"]]
+    assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
+    (monitor,) = [d for _, d in all_documents() if d.get("kind") == "PodMonitor"]
+    assert monitor["metadata"]["namespace"] == pod["metadata"]["namespace"]
+
+
 @pytest.mark.parametrize("version", SCHEMA_VERSIONS)
 def test_every_manifest_validates_against_the_kubernetes_schema_strictly(version: str) -> None:
     import kubernetes_validate

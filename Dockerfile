@@ -5,7 +5,7 @@
 # Which runsc the image holds, first match wins (deploy/image/install-runsc.sh decides,
 # prints what it got, and records it in /usr/local/share/ateom/runsc.source):
 #   1. --build-arg RUNSC_BINARY=<https URL>  --build-arg RUNSC_SHA512=<hex>   (required
-#      with a URL), or RUNSC_BINARY=<a path in the build context, e.g. deploy/runsc-2026…>;
+#      with a URL), or RUNSC_BINARY=deploy/runsc-<anything> (a file of the build context);
 #   2. deploy/runsc in the build context (checked against deploy/runsc.sha512 if present);
 #   3. else Debian's runsc package of the base's suite. On Debian 13 that is 0.0~20240729:
 #      nvproxy, checkpoint and multi-container restore, for NVIDIA drivers up to 550.90.07
@@ -55,9 +55,11 @@ RUN /opt/ateom/bin/pip install --no-cache-dir --disable-pip-version-check \
 FROM build AS runsc
 ARG RUNSC_BINARY=""
 ARG RUNSC_SHA512=""
-COPY deploy/image/install-runsc.sh /usr/local/sbin/install-runsc
-# The build context is mounted, not copied: its runsc (if any) never becomes a layer here.
-RUN --mount=type=bind,target=/context sh /usr/local/sbin/install-runsc /context /out
+# Copied, not bind-mounted: buildah keys a RUN's cache on its command alone, so a changed
+# deploy/runsc behind a mount would reuse the last build's runsc. The glob may match
+# nothing (no release binary given): the script itself is always there.
+COPY deploy/image/install-runsc.sh deploy/runsc* /context/deploy/
+RUN sh /context/deploy/install-runsc.sh /context /out
 
 # ---------------------------------------------------------------- the worker image
 FROM ${BASE_IMAGE} AS worker

@@ -8,7 +8,8 @@
 # First match wins:
 #   RUNSC_BINARY=https://...       downloaded; RUNSC_SHA512 is required (an unchecked
 #                                  download would run as root on every GPU node)
-#   RUNSC_BINARY=<relative path>   a file in the build context (CONTEXT/<path>)
+#   RUNSC_BINARY=<relative path>   a file in the build context (CONTEXT/<path>; the
+#                                  Dockerfile copies deploy/runsc* there)
 #   CONTEXT/deploy/runsc           if present (and CONTEXT/deploy/runsc.sha512, if present,
 #                                  must match it)
 #   Debian's runsc package         of the suite the stage's apt sources name

@@ -1,7 +1,10 @@
 """The worker image, built and run for real: `podman build -f Dockerfile .` with no
 build arguments, then the example Pod's container started with exactly its security
 context, capabilities, env, args and volumes (`pod_to_podman`), one busybox actor
-through Run -> Checkpoint -> Restore -> Terminate, `ateom doctor`, a clean stop.
+through Run -> Checkpoint -> Restore -> Terminate, `ateom doctor`, a clean stop. The
+worker runs twice: from the default image (Debian's runsc), then, where the machine has
+gVisor's newest release (`tests.support.newest_runsc`), from the same Dockerfile built
+with it at deploy/runsc (skipped, saying so, elsewhere).
 
 What it cannot show here: a GPU (no GPU on these machines, and the image's default
 runsc, Debian's, has no `checkpoint --cuda-checkpoint-path`; GPU turns on the newest
@@ -29,6 +32,7 @@ import yaml
 from tests.ops.pod_to_podman import Translation, translate
 from tests.ops.podman_env import REPO, Podman, default_base_image, missing_tools
 from tests.support import build_busybox_bundle
+from tests.support.newest_runsc import newest_runsc
 
 pytestmark = [pytest.mark.root, pytest.mark.runtime]
 if os.geteuid() != 0:
@@ -38,6 +42,10 @@ if missing_tools():
                 "(scripts/bootstrap.sh installs them)", allow_module_level=True)
 
 TAG = "localhost/ateom-worker:image-test"
+NEWEST_TAG = "localhost/ateom-worker:image-test-newest-runsc"
+# What the Dockerfile's build context holds (.dockerignore): copied for a build whose
+# deploy/runsc is a gVisor release, so the repository's own tree is never written.
+CONTEXT = ("pyproject.toml", "README.md", "constraints.txt", "ateom", "deploy/image")
 POD = REPO / "deploy" / "gpu-worker-pod.yaml"
 COUNTER = "i=0; while true; do i=$((i+1)); echo tick=$i; sleep 0.1; done"
 CAP_NAMES = ["CHOWN", "DAC_OVERRIDE", "DAC_READ_SEARCH", "FOWNER", "FSETID", "KILL", "SETGID",
@@ -74,6 +82,31 @@ def build(podman: Podman, tmp_path_factory: pytest.TempPathFactory) -> str:
     done = podman("build", *podman.limits(), "-f", "Dockerfile", "-t", TAG, str(REPO),
                   timeout=1800)
     return done.stdout + done.stderr
+
+
+@pytest.fixture(scope="module")
+def newest_image(build: str, podman: Podman, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The same Dockerfile, unchanged, with gVisor's newest release at deploy/runsc of
+    the build context (how a GPU fleet on a current driver builds it)."""
+    newest, why = newest_runsc()
+    if newest is None:
+        pytest.skip(f"the worker image with the newest runsc: {why}")
+    context = tmp_path_factory.mktemp("context")
+    for name in CONTEXT:
+        src = REPO / name
+        if src.is_dir():
+            shutil.copytree(src, context / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy(src, context / name)
+    shutil.copy(newest.path, context / "deploy" / "runsc")
+    done = podman("build", *podman.limits(), "-f", str(REPO / "Dockerfile"), "-t", NEWEST_TAG,
+                  str(context), timeout=1800)
+    version = subprocess.run([newest.path, "--version"], capture_output=True, text=True,
+                             timeout=60, check=True).stdout.splitlines()[0]
+    log = done.stdout + done.stderr
+    assert "runsc for the image: source: build-context file deploy/runsc" in log
+    assert f"runsc for the image: version: {version}" in log
+    return NEWEST_TAG
 
 
 def in_image(podman: Podman, script: str) -> subprocess.CompletedProcess[str]:
@@ -141,14 +174,17 @@ class Worker:
         return [int(x) for x in re.findall(r"^tick=(\d+)$", text, re.M)]
 
 
-@pytest.fixture(scope="module")
-def worker(build: str, podman: Podman, tmp_path_factory: pytest.TempPathFactory
-           ) -> Iterator[Worker]:
+@pytest.fixture(scope="module", params=["debian-runsc", "newest-runsc"])
+def worker(request: pytest.FixtureRequest, build: str, podman: Podman,
+           tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worker]:
+    """The manifest's container of the default image, then of the newest-runsc one."""
+    image = TAG if request.param == "debian-runsc" else request.getfixturevalue("newest_image")
     pod = yaml.safe_load(POD.read_text())
     plan = translate(pod, "ateom", tmp_path_factory.mktemp("node"))
     print("not applied by a single podman container:", ", ".join(plan.not_applied))
     w = Worker(podman, pod, plan)
-    podman("run", "--detach", "--name", w.name, *podman.limits(), *plan.flags, TAG, *plan.args)
+    podman("run", "--detach", "--name", w.name, *podman.limits(), *plan.flags, image,
+           *plan.args)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if w.call("grpc.health.v1.Health/Check", {}, check=False).stdout.count("SERVING"):
@@ -158,6 +194,7 @@ def worker(build: str, podman: Podman, tmp_path_factory: pytest.TempPathFactory
         pytest.fail("the worker never served:\n" + podman("logs", w.name, check=False).stderr)
     yield w
     podman("rm", "--force", "--time", "0", w.name, check=False)
+    shutil.rmtree(plan.host_path("/run/ateom"), ignore_errors=True)
 
 
 def test_ateom_serve_is_pid_1_with_the_manifests_capabilities(worker: Worker) -> None:

@@ -11,7 +11,7 @@ runsc, Debian's, has no `checkpoint --cuda-checkpoint-path`; GPU turns on the ne
 runsc are `tests/daemon/test_e2e_real_runsc.py`), and the kubelet's cgroup limits,
 probes and ports (`Translation.not_applied`, printed). The base image is made locally
 (`podman_env`): no registry is reachable. Needs root, podman, mmdebstrap, runc and
-network access to Debian's archive and PyPI, as the set-up does; about two minutes.
+network access to Debian's archive and PyPI, as the set-up does; about three minutes.
 """
 
 from __future__ import annotations
@@ -253,7 +253,13 @@ def test_ateom_doctor_runs_in_the_worker(worker: Worker) -> None:
     assert cgroups["status"] == "FAIL" and "read-only" in cgroups["summary"], cgroups
 
 
-def test_the_worker_stops_cleanly_on_sigterm(worker: Worker) -> None:
+def test_the_worker_drains_on_sigterm_terminating_what_it_hosts(worker: Worker) -> None:
+    # An actor still hosted at SIGTERM: in-flight calls get --shutdown-grace, then ateom
+    # terminates the actor itself, and exits 0 within the Pod's termination grace.
+    uid = "hosted-at-stop"
+    build_busybox_bundle(worker.actors / uid / "bundles" / "_pause", ["sh", "-c", COUNTER])
+    worker.call("ateom.Ateom/RunWorkload", {"actor_uid": uid, "actor_dirs": worker.dirs(uid)})
+    wait_for(lambda: len(worker.ticks(uid)) >= 2, "the hosted actor's ticks")
     grace = worker.pod["spec"]["terminationGracePeriodSeconds"]
     started = time.monotonic()
     worker.podman("stop", "--time", str(grace), worker.name, timeout=grace + 30)
@@ -261,9 +267,16 @@ def test_the_worker_stops_cleanly_on_sigterm(worker: Worker) -> None:
     state = json.loads(worker.podman("inspect", worker.name).stdout)[0]["State"]
     assert state["ExitCode"] == 0 and not state["OOMKilled"]
     logs = worker.podman("logs", worker.name)
-    events = [json.loads(ln)["event"] for ln in (logs.stdout + logs.stderr).splitlines()
+    events = [json.loads(ln) for ln in (logs.stdout + logs.stderr).splitlines()
               if ln.startswith("{")]
-    assert events[-3:] == ["draining", "drained", "stopped"]
+    names = [e["event"] for e in events]
+    assert names[-1] == "stopped" and "drained" in names
+    assert [e["hosted"] for e in events if e["event"] == "draining"] == [1]
+    # The grace over, ateom terminated the actor itself, before stopping.
+    terminated = [i for i, e in enumerate(events)
+                  if e["event"] == "actor_terminated" and e.get("actor_uid") == uid]
+    assert terminated and names.index("draining") < terminated[0] < len(names) - 1, names
+    assert not (worker.run_dir / "actors" / uid).exists(), "runsc state left behind"
 
 
 def wait_for(ready: Any, what: str, timeout: float = 30) -> None:

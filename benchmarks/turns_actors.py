@@ -202,7 +202,7 @@ class Turns:
         base = self.world.base / "alone" / uid
         shutil.rmtree(base, ignore_errors=True)
         root, logs, image = base / "state", base / "logs", base / "image"
-        for d in (root, logs, image):
+        for d in (root, logs):
             d.mkdir(parents=True, mode=0o700)
         # The flags ateom's daemon passes (the GPU sandbox's nvproxy, driver pinned).
         nvproxy = NvproxyOptions(DEFAULT_DRIVER_VERSION if self.gpu else "")
@@ -219,6 +219,10 @@ class Turns:
         # actor's: runsc runs the cuda-checkpoint ateom mounted, as ateom asks).
         flags = checkpoint_flags(DEFAULT_DRIVER_VERSION, GPUS) if kind == "gpu" else ()
         quiesce()
+        # Made now, as ateom makes the checkpoint_dir inside the call: a directory
+        # made before the sync would be on disk already, and runsc's fsync of its
+        # image would not have to write the new directory's metadata too (ext4).
+        image.mkdir(mode=0o750)
         a.checkpoint = self.call(checkpoint_argv(
             a.target, names[0], str(image), flags=flags,
             log_file=str(logs / f"{containers[0]}.runsc.log")), logs / "ckpt.log")

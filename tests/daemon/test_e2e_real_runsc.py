@@ -20,8 +20,6 @@ emulator suites still cover the path.
 
 from __future__ import annotations
 
-import json
-import re
 import shutil
 import subprocess
 import time
@@ -36,6 +34,7 @@ from ateom.gpuinfo.record import RECORD_FILE, parse_record
 from tests.daemon.conftest import _stopped, needs_runsc
 from tests.daemon.harness import GPUS, RUNSC, Daemon, World, runsc_processes
 from tests.support import DEFAULT_DRIVER_VERSION
+from tests.support import grpcurl as operator
 from tests.support.newest_runsc import newest_runsc
 from tests.support.runsc_real import RealRunsc, real_runsc
 from tests.support.stand_in_gpu import (
@@ -45,7 +44,7 @@ from tests.support.stand_in_gpu import (
 )
 
 NEWEST, WHY_NOT_NEWEST = newest_runsc()
-GRPCURL = shutil.which("grpcurl")
+GRPCURL = operator.GRPCURL
 needs_newest = pytest.mark.skipif(
     NEWEST is None or bool(can_make_namespaces()) or GRPCURL is None,
     reason=f"the newest-runsc suite did not run: {WHY_NOT_NEWEST or can_make_namespaces()}"
@@ -67,24 +66,11 @@ DEBIAN = _debian()
 
 def grpcurl(daemon: Daemon, method: str, body: dict[str, Any]
             ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([GRPCURL or "grpcurl", "-plaintext", "-unix", "-d", json.dumps(body),
-                           str(daemon.socket), method],
-                          capture_output=True, text=True, timeout=180, check=False)
-
-
-def _snake(value: Any) -> Any:
-    """grpcurl prints JSON names (camelCase) or proto names by version: proto names."""
-    if isinstance(value, dict):
-        return {re.sub(r"(?<!^)(?=[A-Z])", "_", k).lower(): _snake(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_snake(v) for v in value]
-    return value
+    return operator.grpcurl(daemon.socket, method, body)
 
 
 def call(daemon: Daemon, method: str, body: dict[str, Any]) -> dict[str, Any]:
-    done = grpcurl(daemon, method, body)
-    assert done.returncode == 0, f"{method}: {done.stderr}"
-    return _snake(json.loads(done.stdout or "{}"))
+    return operator.call(daemon.socket, method, body)
 
 
 def dirs(world: World, uid: str) -> dict[str, str]:

@@ -32,6 +32,7 @@ import yaml
 from tests.ops.pod_to_podman import Translation, translate
 from tests.ops.podman_env import REPO, Podman, default_base_image, missing_tools
 from tests.support import build_busybox_bundle
+from tests.support import grpcurl as operator
 from tests.support.newest_runsc import newest_runsc
 
 pytestmark = [pytest.mark.root, pytest.mark.runtime]
@@ -58,7 +59,9 @@ CAP_NAMES = ["CHOWN", "DAC_OVERRIDE", "DAC_READ_SEARCH", "FOWNER", "FSETID", "KI
 
 
 def caps_of(status: str, field: str) -> set[str]:
-    mask = int(re.search(rf"^{field}:\s*([0-9a-f]+)$", status, re.M).group(1), 16)  # type: ignore[union-attr]
+    """The capability names of one mask line (CapEff, CapBnd …) of /proc/<pid>/status."""
+    [mask] = [int(line.split()[1], 16) for line in status.splitlines()
+              if line.startswith(field + ":")]
     return {name for bit, name in enumerate(CAP_NAMES) if mask >> bit & 1}
 
 
@@ -152,13 +155,8 @@ class Worker:
         self.actors = plan.host_path(self.actors_in)           # the same dir on this host
         self.run_dir = plan.host_path(plan.env.get("ATEOM_RUN_DIR", "/run/ateom"))
 
-    def call(self, method: str, body: dict[str, Any], check: bool = True
-             ) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run([shutil.which("grpcurl") or "grpcurl", "-plaintext", "-unix",
-                               "-d", json.dumps(body), str(self.socket), method],
-                              capture_output=True, text=True, timeout=120, check=False)
-        assert not check or done.returncode == 0, f"{method}: {done.stderr}"
-        return done
+    def call(self, method: str, body: dict[str, Any]) -> dict[str, Any]:
+        return operator.call(self.socket, method, body)
 
     def exec(self, *argv: str) -> subprocess.CompletedProcess[str]:
         return self.podman("exec", self.name, *argv, check=False)
@@ -187,7 +185,7 @@ def worker(request: pytest.FixtureRequest, build: str, podman: Podman,
            *plan.args)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        if w.call("grpc.health.v1.Health/Check", {}, check=False).stdout.count("SERVING"):
+        if "SERVING" in operator.grpcurl(w.socket, "grpc.health.v1.Health/Check", {}).stdout:
             break
         time.sleep(0.2)
     else:
@@ -219,13 +217,13 @@ def test_a_busybox_actor_runs_is_checkpointed_restored_and_terminated(worker: Wo
     body = {"actor_uid": uid, "actor_dirs": worker.dirs(uid)}
     worker.call("ateom.Ateom/RunWorkload", body)
     wait_for(lambda: len(worker.ticks(uid)) >= 5, "the actor's ticks")
-    saved = json.loads(worker.call("ateom.Ateom/CheckpointWorkload", body).stdout)
+    saved = worker.call("ateom.Ateom/CheckpointWorkload", body)
     at_checkpoint = max(worker.ticks(uid))
     checkpoint = worker.actors / uid / "checkpoint"
-    files = saved.get("snapshot_files") or saved.get("snapshotFiles")  # by grpcurl's version
+    files = saved.get("snapshot_files")
     assert files and all((checkpoint / f).is_file() for f in files), saved
-    wait_for(lambda: not json.loads(worker.call("ateom.Inspect/ListActors", {}).stdout
-                                    or "{}").get("actors"), "the checkpointed actor's release")
+    wait_for(lambda: not worker.call("ateom.Inspect/ListActors", {}).get("actors"),
+             "the checkpointed actor's release")
     shutil.copytree(checkpoint, worker.actors / uid / "restore")
     worker.call("ateom.Ateom/RestoreWorkload", body)
     # The restored process counts on from its memory, not from 1.
@@ -233,7 +231,7 @@ def test_a_busybox_actor_runs_is_checkpointed_restored_and_terminated(worker: Wo
     after = worker.ticks(uid)[worker.ticks(uid).index(at_checkpoint) + 1:]
     assert after[:3] == [at_checkpoint + 1, at_checkpoint + 2, at_checkpoint + 3]
     worker.call("ateom.Ateom/TerminateWorkload", {"actor_uid": uid})
-    assert not json.loads(worker.call("ateom.Inspect/ListActors", {}).stdout or "{}").get("actors")
+    assert not worker.call("ateom.Inspect/ListActors", {}).get("actors")
     assert not (worker.run_dir / "actors" / uid).exists(), "runsc state left behind"
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import structlog
 
 from ateom.errors import AteomError, ErrorCode
+from ateom.process.exits import alive as process_alive
 from ateom.process.reaper import Completed, Reaper
 from ateom.runsc.probe import RunscInfo
 from ateom.settings import NvproxyOptions
@@ -152,17 +153,6 @@ def list_argv(t: RunscTarget) -> list[str]:
 
 def events_stats_argv(t: RunscTarget, name: str) -> list[str]:
     return [*_base(t, None), "events", "--stats", name]
-
-
-def process_alive(pid: int) -> bool:
-    """Whether `pid` exists and is not a zombie (reads /proc/<pid>/stat)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return False
-    # The state letter follows the command name's closing parenthesis.
-    return stat[stat.rfind(b")") + 2:][:1] not in (b"Z", b"X", b"")
 
 
 def read_tail(path: str, offset: int, limit: int = LOG_TAIL_BYTES) -> str:
@@ -323,8 +313,9 @@ class Runsc:
         done = self._run("kill", name, kill_argv(self.target, name, sig), check=False)
         return done.returncode == 0
 
-    def delete(self, name: str) -> bool:
-        done = self._run("delete", name, delete_argv(self.target, name), check=False)
+    def delete(self, name: str, *, meanwhile: Callable[[], None] | None = None) -> bool:
+        done = self._run("delete", name, delete_argv(self.target, name), check=False,
+                         meanwhile=meanwhile)
         return done.returncode == 0
 
     def list(self) -> list[str] | None:

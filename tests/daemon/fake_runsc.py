@@ -63,6 +63,15 @@ SLOW = FAIL.replace("fail.txt", "slow.txt")
 if os.path.exists(SLOW) and key in open(SLOW).read().split("\n"):
     import time
     time.sleep(0.5)
+# A gate: each call listed ("<call>\t<path>") waits until <path> exists (30 s at most).
+HOLD = FAIL.replace("fail.txt", "hold.txt")
+if os.path.exists(HOLD):
+    import time
+    for line in open(HOLD).read().split("\n"):
+        if line.split("\t")[0] == key:
+            deadline = time.monotonic() + 30
+            while not os.path.exists(line.split("\t")[1]) and time.monotonic() < deadline:
+                time.sleep(0.01)
 # A rendezvous: each call listed waits until every listed call has started, so
 # the calls finish only if whoever runs them lets them run at once (within the
 # time given, else it fails, naming the calls it never saw start).
@@ -154,6 +163,11 @@ class FakeRunsc:
     def slow(self, *calls: str) -> None:
         """These calls take 0.5 s."""
         (self.fail_file.parent / "slow.txt").write_text("\n".join(calls) + "\n")
+
+    def hold(self, call: str, until: Path) -> None:
+        """`call` waits until `until` exists (30 s at most), then goes on."""
+        with open(self.fail_file.parent / "hold.txt", "a") as f:
+            f.write(f"{call}\t{until}\n")
 
     def meet(self, *calls: str, within: float = 10.0) -> None:
         """These calls each wait (up to `within` s) until all of them have started:

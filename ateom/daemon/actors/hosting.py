@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 import structlog
@@ -129,15 +129,17 @@ class Hosting:
 
         self.reaper.watch(pid, exited)
 
-    def release(self, actor: Actor, grace: float, *, after_checkpoint: bool = False) -> None:
+    def release(self, actor: Actor, grace: float, *, after_checkpoint: bool = False,
+                on_exited: Callable[[], None] | None = None) -> None:
         """Tear the sandbox down (TERM, `grace`, KILL) and give its bundles back.
-        `after_checkpoint`: runsc checkpoint has just stopped every container."""
+        `after_checkpoint`: runsc checkpoint has just stopped every container;
+        `on_exited`: as for `teardown`."""
         sandbox = actor.sandbox
         if sandbox is None:
             return
         try:
             teardown(sandbox.runsc, sandbox.plan.runsc_ids, grace,
-                     after_checkpoint=after_checkpoint)
+                     after_checkpoint=after_checkpoint, on_exited=on_exited)
         finally:
             with phase("bundles.give_back"):
                 self.store.give_back(actor.ref.actor_uid, sandbox.applied)

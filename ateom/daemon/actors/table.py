@@ -86,11 +86,17 @@ class Actor:
     epoch_unix_nano: int = field(default_factory=time.time_ns)
     memory_peak_bytes: int = 0
     sandbox: Sandbox | None = None  # set while hosting; None before the plan is made
-    # False for a slot held only while a dead daemon's leftovers are cleared:
-    # it keeps a Run of the same uid out, but takes no capacity.
+    # False for a slot held only while a dead daemon's leftovers are cleared,
+    # and for a RELEASING actor once freed (`ActorTable.free`): it keeps calls
+    # for the same uid out, but takes no capacity.
     counted: bool = True
     # Set when the actor has left the table (a RELEASING actor's waiters wake).
     gone: threading.Event = field(default_factory=threading.Event)
+    # Set when it stops taking the worker's capacity (its slot, its GPUs): a
+    # RELEASING actor's as soon as its sandbox's processes have exited, before
+    # it leaves the table (the hand-over: the next actor need not wait for
+    # the rest of the teardown).
+    freed: threading.Event = field(default_factory=threading.Event)
 
 
 class ActorTable:
@@ -106,12 +112,17 @@ class ActorTable:
         after its Checkpoint, or the next actor of a full worker, gets in without
         a refusal to retry on."""
         waited_since = time.monotonic()
+        what = f"actor {ref.actor_uid}: {op.value}"
         while True:
             releasing = self._releasing_in_the_way(ref.actor_uid)
             if releasing is None:
                 return
             left = max_wait - (time.monotonic() - waited_since)
-            if not self.wait_gone(releasing, left, f"actor {ref.actor_uid}: {op.value}"):
+            if releasing.ref.actor_uid == ref.actor_uid:
+                waited = self.wait_gone(releasing, left, what)
+            else:  # a slot: free once its sandbox has exited
+                waited = self.wait_freed(releasing, left, what)
+            if not waited:
                 return  # still there: admit's refusal says why
 
     def admit(self, ref: ActorRef, op: Op) -> Actor:
@@ -174,10 +185,21 @@ class ActorTable:
     def wait_gone(actor: Actor, max_wait: float, what: str) -> bool:
         """Wait (a ``release.wait`` phase) until `actor` has left the table, no longer
         than `max_wait` seconds nor the caller's deadline (then DEADLINE_EXCEEDED)."""
-        with phase("release.wait"):
-            gone = actor.gone.wait(timeout=max(deadline.wait_limit(max_wait), 0.0))
-        deadline.check(what)
-        return gone
+        return _wait(actor.gone, "release.wait", max_wait, what)
+
+    @staticmethod
+    def wait_freed(actor: Actor, max_wait: float, what: str) -> bool:
+        """Wait (a ``capacity.wait`` phase) until `actor` takes no capacity (its
+        slot and GPUs given back, `free`), bounded as `wait_gone`."""
+        return _wait(actor.freed, "capacity.wait", max_wait, what)
+
+    def free(self, actor: Actor) -> None:
+        """`actor` takes no more capacity: its sandbox is gone (its GPUs were given
+        back by the caller). It stays in the table until removed: a call for it
+        still waits for the rest of its release."""
+        with self._lock:
+            actor.counted = False
+        actor.freed.set()
 
     def get(self, uid: str) -> Actor | None:
         with self._lock:
@@ -187,6 +209,7 @@ class ActorTable:
         with self._lock:
             if self._actors.get(actor.ref.actor_uid) is actor:
                 del self._actors[actor.ref.actor_uid]
+        actor.freed.set()  # an actor gone holds nothing
         actor.gone.set()
 
     def snapshot(self) -> list[Actor]:
@@ -238,3 +261,10 @@ class ActorTable:
                     actor.phase = before
         finally:
             actor.lock.release()
+
+
+def _wait(event: threading.Event, name: str, max_wait: float, what: str) -> bool:
+    with phase(name):
+        happened = event.wait(timeout=max(deadline.wait_limit(max_wait), 0.0))
+    deadline.check(what)
+    return happened

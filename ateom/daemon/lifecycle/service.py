@@ -167,9 +167,10 @@ class AteomService:
     def _place(self, uid: str, req: RunRequest | RestoreRequest, info: RunscInfo,
                image: str | None) -> DeviceView:
         """The actor's GPUs booked (its device view narrowed to them). GPUs held by
-        actors whose checkpoint was answered and whose sandboxes are still being
-        reaped are waited for, once: they are free in a moment, and a hand-over
-        (B's Run right after A's Checkpoint) must not be refused for them."""
+        actors whose checkpoint was answered are waited for, once: they are given
+        back as soon as those sandboxes' processes have exited (`_free`), and
+        a hand-over (B's Run right after A's Checkpoint) must not be refused for
+        them."""
         devices = self.planner.devices(req.containers)
         try:
             return self.gpus.place(uid, req, info, devices, image)
@@ -178,16 +179,26 @@ class AteomService:
             if exc.code is not ErrorCode.RESOURCE_EXHAUSTED or not releasing:
                 raise
         for other in releasing:
-            self.actors.wait_gone(other, self.config.lock_wait, f"actor {uid}: gpus")
+            self.actors.wait_freed(other, self.config.lock_wait, f"actor {uid}: gpus")
         return self.gpus.place(uid, req, info, devices, image)
 
     def _release(self, actor: Actor, grace: float, *, after_checkpoint: bool = False) -> None:
-        """Tear the actor's sandbox down, give its bundles and GPUs back, unhost it."""
+        """Tear the actor's sandbox down, give its bundles and GPUs back, unhost it.
+        After a checkpoint, the GPUs and the slot go back as soon as the sandbox
+        has exited, while the rest of the teardown runs (a waiting Run gets
+        them then)."""
         try:
-            self.hosting.release(actor, grace, after_checkpoint=after_checkpoint)
+            self.hosting.release(actor, grace, after_checkpoint=after_checkpoint,
+                                 on_exited=(lambda: self._free(actor))
+                                 if after_checkpoint else None)
         finally:
-            self.gpus.release(actor.ref.actor_uid)
+            self._free(actor)
             self.actors.remove(actor)
+
+    def _free(self, actor: Actor) -> None:
+        """Give the actor's GPUs and slot back (again: a no-op)."""
+        self.gpus.release(actor.ref.actor_uid)
+        self.actors.free(actor)
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -250,8 +261,10 @@ class AteomService:
         processes are gone, the state dir, the bundles, the GPUs) is ateom's
         bookkeeping, and the wait for a large sandbox to exit (the kernel
         freeing its memory) was most of the call. Meanwhile the actor is
-        RELEASING: it keeps its slot and its GPUs, and any call for it, or one
-        that needs what it holds, waits until it is gone (`ActorTable`).
+        RELEASING: it keeps its slot and its GPUs until its sandbox's processes
+        have exited (the first 5-50 ms of the release), and a call that needs
+        them waits for that (`ActorTable.await_releases`, `_place`); a call
+        for the actor itself waits until it is gone.
         """
         actor.phase = Phase.RELEASING
         bindings = {"actor_uid": actor.ref.actor_uid, "op": "release"}

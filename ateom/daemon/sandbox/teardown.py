@@ -13,16 +13,22 @@ import contextlib
 import os
 import signal
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import structlog
 
 from ateom.daemon.calls.phases import phase
 from ateom.daemon.sandbox.state_dir import remove_state_dir
 from ateom.errors import AteomError, ErrorCode
+from ateom.process.exits import wait_exited
 from ateom.runsc.commands import Runsc
 
 log = structlog.get_logger("ateom.sandbox")
+
+# A checkpointed sandbox exits by itself 5-50 ms after runsc checkpoint returns
+# (measured: docs/performance.md "The hand-over"); one still running after
+# this long is killed with the rest below, and its GPUs wait for that.
+EXIT_WAIT = 5.0
 
 
 class TeardownIncomplete(AteomError):
@@ -79,7 +85,8 @@ def kill_sandbox_processes(root: str) -> None:
 
 
 def teardown(runsc: Runsc, runsc_ids: Sequence[str], grace: float, *,
-             after_checkpoint: bool = False) -> None:
+             after_checkpoint: bool = False,
+             on_exited: Callable[[], None] | None = None) -> None:
     """Stop and delete apps then the sandbox root; clean the state dir.
 
     Skips what `runsc list` no longer shows; containers runsc lists that
@@ -88,6 +95,11 @@ def teardown(runsc: Runsc, runsc_ids: Sequence[str], grace: float, *,
     a kill is asked; each is still deleted, the root first (a sub-container's
     delete removes its rootfs overlay's ``.gvisor.filestore.*`` file, which a
     later start or restore of the bundle refuses to find there).
+    `on_exited` (after a checkpoint only): called on this thread as soon as
+    every process of the sandbox has exited, while the root's delete runs:
+    from then on no process of the actor holds a device, so its GPUs can go
+    to another actor before the rest of the teardown is done. Not called when
+    they are still running after `EXIT_WAIT` (the caller frees them at the end).
     Raises `TeardownIncomplete` when the state dir (or a mount in it) could
     not be removed: a teardown leaves nothing, or says what it left.
     """
@@ -95,9 +107,7 @@ def teardown(runsc: Runsc, runsc_ids: Sequence[str], grace: float, *,
     with phase("teardown"):
         try:
             if after_checkpoint:
-                for name in runsc_ids:
-                    with phase("runsc.delete", container=runsc.log_names.get(name, name)):
-                        runsc.delete(name)
+                _delete_checkpointed(runsc, runsc_ids, on_exited)
             else:
                 _stop_and_delete(runsc, runsc_ids, grace)
         finally:
@@ -108,6 +118,23 @@ def teardown(runsc: Runsc, runsc_ids: Sequence[str], grace: float, *,
     if left:
         raise TeardownIncomplete(f"teardown left {len(left)} thing(s) behind in the actor's"
                                  f" runsc state dir: {'; '.join(left[:5])}")
+
+
+def _delete_checkpointed(runsc: Runsc, runsc_ids: Sequence[str],
+                         on_exited: Callable[[], None] | None) -> None:
+    # Listed before the first delete: that runsc runs with the actor's --root too.
+    pids = sandbox_processes(runsc.target.root) if on_exited is not None else []
+
+    def exited() -> None:
+        assert on_exited is not None
+        with phase("sandbox.exit"):
+            running = wait_exited(pids, EXIT_WAIT)
+        if not running:
+            on_exited()
+
+    for i, name in enumerate(runsc_ids):
+        with phase("runsc.delete", container=runsc.log_names.get(name, name)):
+            runsc.delete(name, meanwhile=exited if i == 0 and on_exited is not None else None)
 
 
 def _stop_and_delete(runsc: Runsc, runsc_ids: Sequence[str], grace: float) -> None:

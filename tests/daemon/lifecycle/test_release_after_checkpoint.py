@@ -1,13 +1,20 @@
 """A checkpoint is answered once the image is complete; the stopped sandbox is reaped
-after, on a thread of its own. Meanwhile the actor is RELEASING: it keeps its slot
-and its GPUs, and a call for it, or one that needs what it holds, waits until it is
-gone instead of being refused (the fake runsc's `delete` is made slow to hold the
-release open)."""
+after, on a thread of its own. Meanwhile the actor is RELEASING: a call for it waits
+until it is gone instead of being refused (the fake runsc's `delete` is made slow or
+held to keep the release open); its slot and its GPUs go to the next actor as soon
+as its sandbox's processes have exited, before the rest of the release (a real
+process stands in for the sandbox the fake runsc does not start).
+"""
 
 from __future__ import annotations
 
 import os
+import subprocess
 import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
 
 from ateom.daemon.actors.table import Phase
 from ateom.daemon.calls.requests import (
@@ -17,6 +24,8 @@ from ateom.daemon.calls.requests import (
     RestoreRequest,
     TerminateRequest,
 )
+from ateom.daemon.sandbox import teardown
+from ateom.process.exits import alive
 from tests.daemon.gpus.world import GpuWorld
 
 
@@ -55,27 +64,70 @@ def test_a_restore_right_after_its_checkpoint_waits_for_the_old_sandbox(
     assert actor is not None and actor.phase is Phase.RUNNING
 
 
-def test_a_full_worker_admits_the_next_actor_once_the_checkpointed_one_is_gone(
-        make_world) -> None:  # type: ignore[no-untyped-def]
+@pytest.fixture
+def sandbox_of_a(monkeypatch: pytest.MonkeyPatch) -> Iterator[subprocess.Popen[bytes]]:
+    """A real process listed as actor a's sandbox (``--root=<state root>/a``) while it
+    runs: what a checkpointed sandbox is for the 5-50 ms before it exits."""
+    proc = subprocess.Popen(["sleep", "60"])
+    real = teardown.sandbox_processes
+    monkeypatch.setattr(teardown, "sandbox_processes", lambda root: (
+        [proc.pid] if Path(root).name == "a" and alive(proc.pid) else real(root)))
+    try:
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def _run_in_thread(w, req) -> tuple[threading.Thread, list[object]]:  # type: ignore[no-untyped-def]
+    """Run `req` on a thread; what it saw (the holders, a's phase) once it answered."""
+    seen: list[object] = []
+
+    def run() -> None:
+        w.service.run_workload(req)
+        a = w.service.actors.get("a")
+        seen.append((w.holders() if hasattr(w, "holders") else None,
+                     a.phase if a is not None else None))
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, seen
+
+
+def test_a_full_worker_admits_the_next_actor_once_the_checkpointed_sandbox_exited(
+        make_world, sandbox_of_a, tmp_path) -> None:  # type: ignore[no-untyped-def]
     w = make_world(max_actors=1)
     w.service.run_workload(w.run("a"))
-    w.fake.slow("delete a_pause")
+    gate = tmp_path / "let-a-delete-finish"
+    w.fake.hold("delete a_pause", gate)
     _checkpoint(w, "a")
-    w.service.run_workload(w.run("b"))  # not RESOURCE_EXHAUSTED: it waited for a's slot
+    thread, seen = _run_in_thread(w, w.run("b"))
+    thread.join(0.5)
+    assert thread.is_alive() and not seen  # a's sandbox still runs: a holds the slot
+    sandbox_of_a.kill()
+    thread.join(20)
+    # b ran (not RESOURCE_EXHAUSTED) while a's delete was still held: a was RELEASING.
+    assert seen == [(None, Phase.RELEASING)]
+    gate.touch()
+    assert w.service.actors.settle(20)
     assert [x.ref.actor_uid for x in w.service.actors.snapshot()] == ["b"]
 
 
-def test_the_gpus_stay_booked_until_the_release_and_the_next_actor_gets_them(
-        tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_the_gpus_stay_booked_until_the_sandbox_exited_and_go_before_the_release_ends(
+        tmp_path, sandbox_of_a) -> None:  # type: ignore[no-untyped-def]
     w = GpuWorld(tmp_path)  # exclusive, 4 GPUs
     w.service.run_workload(w.run("a", GpuWish(count=4)))
-    w.fake.slow("delete a_pause")
+    gate = tmp_path / "let-a-delete-finish"
+    w.fake.hold("delete a_pause", gate)
     _checkpoint(w, "a")
-    assert set(w.holders().values()) == {("a",)}  # answered, still booked
-    seen: list[dict[str, tuple[str, ...]]] = []
-    waiter = threading.Thread(target=lambda: (w.service.run_workload(
-        w.run("b", GpuWish(count=2))), seen.append(w.holders())))
-    waiter.start()
-    waiter.join(20)
-    assert seen and sorted(seen[0].values()) == [(), (), ("b",), ("b",)]
-    assert w.service.actors.get("a") is None
+    thread, seen = _run_in_thread(w, w.run("b", GpuWish(count=2)))
+    thread.join(0.5)
+    assert thread.is_alive() and not seen
+    assert set(w.holders().values()) == {("a",)}  # answered, its sandbox running: booked
+    sandbox_of_a.kill()
+    thread.join(20)
+    assert seen, "b's Run never answered"
+    holders, a_phase = seen[0]  # type: ignore[misc]
+    assert sorted(holders.values()) == [(), (), ("b",), ("b",)]
+    assert a_phase is Phase.RELEASING  # its delete still held: the rest of its release
+    gate.touch()
+    assert w.service.actors.settle(20) and w.service.actors.get("a") is None

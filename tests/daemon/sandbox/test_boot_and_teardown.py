@@ -4,6 +4,9 @@ without a daemon around them."""
 
 from __future__ import annotations
 
+import subprocess
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -13,6 +16,7 @@ import ateom.daemon.sandbox.teardown as td  # not `teardown`: pytest would call 
 from ateom.daemon.bundles.plan import ContainerPlan, SandboxPlan
 from ateom.daemon.sandbox.boot import Sandbox, boot
 from ateom.daemon.sandbox.teardown import TeardownIncomplete
+from ateom.process.exits import alive
 
 
 @dataclass
@@ -54,8 +58,10 @@ class RecordingRunsc:
     def status(self, name: str) -> str:
         return "stopped"
 
-    def delete(self, name: str) -> None:
+    def delete(self, name: str, *, meanwhile: Callable[[], None] | None = None) -> None:
         self.calls.append(f"delete {name}")
+        if meanwhile is not None:  # as the reaper runs it: once the delete is spawned
+            meanwhile()
 
 
 def _plan(name: str, *, root: bool) -> ContainerPlan:
@@ -111,6 +117,38 @@ def test_teardown_right_after_a_checkpoint_asks_no_list_and_kills_nothing(
     td.teardown(runsc, ["u__pause", "app"], grace=0, after_checkpoint=True)  # type: ignore[arg-type]
     assert runsc.calls == ["delete u__pause", "delete app"]
     assert not state.exists()
+
+
+def test_after_a_checkpoint_on_exited_comes_once_the_sandbox_exited_during_the_root_delete(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    sandbox = subprocess.Popen(["sleep", "60"])  # stands in for the checkpointed sandbox
+    monkeypatch.setattr(td, "sandbox_processes",
+                        lambda root: [sandbox.pid] if alive(sandbox.pid) else [])
+    threading.Timer(0.2, sandbox.kill).start()
+    runsc = RecordingRunsc(tmp_path / "state", listed=None)
+    try:
+        td.teardown(runsc, ["u__pause", "app"], grace=0, after_checkpoint=True,  # type: ignore[arg-type]
+                    on_exited=lambda: runsc.calls.append("exited"))
+    finally:
+        sandbox.wait()
+    assert runsc.calls == ["delete u__pause", "exited", "delete app"]
+
+
+def test_after_a_checkpoint_a_sandbox_that_does_not_exit_is_killed_and_on_exited_not_called(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    sandbox = subprocess.Popen(["sleep", "60"])
+    monkeypatch.setattr(td, "sandbox_processes",
+                        lambda root: [sandbox.pid] if alive(sandbox.pid) else [])
+    monkeypatch.setattr(td, "EXIT_WAIT", 0.2)
+    runsc = RecordingRunsc(tmp_path / "state", listed=None)
+    try:
+        td.teardown(runsc, ["u__pause"], grace=0, after_checkpoint=True,  # type: ignore[arg-type]
+                    on_exited=lambda: runsc.calls.append("exited"))
+        assert not alive(sandbox.pid)  # killed by the teardown's last step
+    finally:
+        sandbox.kill()
+        sandbox.wait()
+    assert runsc.calls == ["delete u__pause"]
 
 
 def test_teardown_names_what_it_left_behind(tmp_path: Path,

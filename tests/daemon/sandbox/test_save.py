@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from ateom.daemon.sandbox import save
-from ateom.runsc.commands import RunscError, process_alive
+from ateom.process.exits import alive as process_alive
+from ateom.runsc.commands import RunscError
 
 
 class _Runsc:

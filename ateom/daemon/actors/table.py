@@ -16,7 +16,7 @@ import enum
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 
 from ateom.daemon.calls import deadline
@@ -185,13 +185,13 @@ class ActorTable:
     def wait_gone(actor: Actor, max_wait: float, what: str) -> bool:
         """Wait (a ``release.wait`` phase) until `actor` has left the table, no longer
         than `max_wait` seconds nor the caller's deadline (then DEADLINE_EXCEEDED)."""
-        return _wait(actor.gone, "release.wait", max_wait, what)
+        return _wait(actor.gone, phase("release.wait"), max_wait, what)
 
     @staticmethod
     def wait_freed(actor: Actor, max_wait: float, what: str) -> bool:
         """Wait (a ``capacity.wait`` phase) until `actor` takes no capacity (its
         slot and GPUs given back, `free`), bounded as `wait_gone`."""
-        return _wait(actor.freed, "capacity.wait", max_wait, what)
+        return _wait(actor.freed, phase("capacity.wait"), max_wait, what)
 
     def free(self, actor: Actor) -> None:
         """`actor` takes no more capacity: its sandbox is gone (its GPUs were given
@@ -263,8 +263,9 @@ class ActorTable:
             actor.lock.release()
 
 
-def _wait(event: threading.Event, name: str, max_wait: float, what: str) -> bool:
-    with phase(name):
+def _wait(event: threading.Event, timed: AbstractContextManager[object], max_wait: float,
+          what: str) -> bool:
+    with timed:
         happened = event.wait(timeout=max(deadline.wait_limit(max_wait), 0.0))
     deadline.check(what)
     return happened

@@ -50,8 +50,10 @@ log = structlog.get_logger("ateom.daemon.rpc.metrics")
 PHASES = (
     "validate",
     "lock.wait",  # queued behind another call on the same actor
-    "release.wait",  # waiting for a checkpointed actor's sandbox to be reaped
+    "release.wait",  # a call for a checkpointed actor waiting until its release is done
+    "capacity.wait",  # a Run/Restore waiting for a checkpointed sandbox's slot or GPUs
     "release",  # after a checkpoint is answered: the sandbox reaped, GPUs freed
+    "sandbox.exit",  # in a release: until the checkpointed sandbox's processes exited
     "plan",
     "inject",  # CDI resolution + bundle injection, per container
     "inject.plan",

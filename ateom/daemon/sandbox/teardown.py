@@ -79,9 +79,7 @@ def kill_sandbox_processes(root: str) -> None:
             os.kill(pid, signal.SIGKILL)
     if leftovers:
         log.warning("sandbox_processes_killed", pids=leftovers)
-    deadline = time.monotonic() + 5
-    while sandbox_processes(root) and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_exited(leftovers, 5)
 
 
 def teardown(runsc: Runsc, runsc_ids: Sequence[str], grace: float, *,

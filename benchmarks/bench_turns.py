@@ -49,6 +49,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import defaultdict
 from pathlib import Path
 
 import grpc
@@ -90,7 +91,7 @@ def main() -> int:
         turns = Turns(Path(tmp), runsc, gpu="gpu" in kinds)
         try:
             for kind in kinds:
-                for size in map(int, args.sizes.split(",")):
+                for size in [int(s) for s in args.sizes.split(",") if s]:
                     template = turns.template(f"t{kind}{size}", size, kind)
                     sides: dict[str, list[dict[str, float]]] = {"alone": [], "ateom": []}
                     for i in range(args.n):
@@ -136,84 +137,118 @@ def concurrent(turns: Turns, results: dict[str, object], count: int, size: int,
     print(f"{count} restores at once: through ateom {ratio:.3f} x runsc alone (medians)")
 
 
-def handover_parts(turns: Turns, excl: Daemon, size: int, rounds: int
-                   ) -> dict[str, list[float]]:
-    """B's Run on a free worker, and A's checkpoint with no one waiting: the parts alone."""
-    world, every = turns.world, pb.GpuRequest(count=GPUS)
-    alone: dict[str, list[float]] = {"checkpoint_a": [], "run_b": []}
-    for i in range(rounds):
-        a, b = f"sa{i}", f"sb{i}"
-        for uid in (a, b):
-            turns.actor(uid, size, "gpu")
-        started = time.perf_counter()
-        excl.stub.RunWorkload(pb.RunWorkloadRequest(
-            actor_uid=b, actor_dirs=world.actor_dirs(b), gpus=every,
-            spec=pb.WorkloadSpec(containers=[pb.Container(name="app")])), timeout=300)
-        alone["run_b"].append(time.perf_counter() - started)
-        excl.stub.TerminateWorkload(pb.TerminateWorkloadRequest(actor_uid=b), timeout=120)
-        excl.stub.RunWorkload(pb.RunWorkloadRequest(
-            actor_uid=a, actor_dirs=world.actor_dirs(a), gpus=every,
-            spec=pb.WorkloadSpec(containers=[pb.Container(name="app")])), timeout=300)
-        wait_text(excl.run_dir / "logs" / a / "app.log", "tick=2\n")
-        quiesce()
-        started = time.perf_counter()
-        excl.stub.CheckpointWorkload(pb.CheckpointWorkloadRequest(
-            actor_uid=a, actor_dirs=world.actor_dirs(a)), timeout=600)
-        alone["checkpoint_a"].append(time.perf_counter() - started)
-    return alone
+def _run_request(turns: Turns, uid: str) -> pb.RunWorkloadRequest:
+    return pb.RunWorkloadRequest(
+        actor_uid=uid, actor_dirs=turns.world.actor_dirs(uid), gpus=pb.GpuRequest(count=GPUS),
+        spec=pb.WorkloadSpec(containers=[pb.Container(name="app")]))
+
+
+def _run_ticking(turns: Turns, excl: Daemon, uid: str) -> None:
+    excl.stub.RunWorkload(_run_request(turns, uid), timeout=300)
+    wait_text(excl.run_dir / "logs" / uid / "app.log", "tick=2\n")  # a fresh uid
+
+
+def handover_round(turns: Turns, excl: Daemon, size: int, i: int) -> dict[str, float]:
+    """A runs holding every GPU, B is refused; then CheckpointWorkload(A) and B's
+    RunWorkload at once: from A's checkpoint call to B running."""
+    a, b = f"ha{i}", f"hb{i}"
+    for uid in (a, b):
+        turns.actor(uid, size, "gpu")
+    _run_ticking(turns, excl, a)
+    try:
+        excl.stub.RunWorkload(_run_request(turns, b), timeout=60)
+        raise SystemExit("B ran while A held every GPU: not an exclusive worker")
+    except grpc.RpcError as err:
+        if err.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
+            raise
+    quiesce()
+    started = time.perf_counter()
+    excl.stub.CheckpointWorkload(pb.CheckpointWorkloadRequest(
+        actor_uid=a, actor_dirs=turns.world.actor_dirs(a)), timeout=600)
+    saved = time.perf_counter()
+    excl.stub.RunWorkload(_run_request(turns, b), timeout=300)
+    done = time.perf_counter()
+    excl.stub.TerminateWorkload(pb.TerminateWorkloadRequest(actor_uid=b), timeout=120)
+    excl.settle()
+    return {"handover": done - started, "checkpoint_a": saved - started, "run_b": done - saved}
+
+
+def handover_parts(turns: Turns, excl: Daemon, size: int, i: int) -> dict[str, float]:
+    """The same two calls, each on a worker with nothing else going on: A's checkpoint
+    with no one waiting (its release done before B's), B's Run on a free worker."""
+    a, b = f"sa{i}", f"sb{i}"
+    for uid in (a, b):
+        turns.actor(uid, size, "gpu")
+    _run_ticking(turns, excl, a)
+    quiesce()
+    started = time.perf_counter()
+    excl.stub.CheckpointWorkload(pb.CheckpointWorkloadRequest(
+        actor_uid=a, actor_dirs=turns.world.actor_dirs(a)), timeout=600)
+    checkpoint = time.perf_counter() - started
+    excl.settle()
+    quiesce()
+    started = time.perf_counter()
+    excl.stub.RunWorkload(_run_request(turns, b), timeout=300)
+    run = time.perf_counter() - started
+    excl.stub.TerminateWorkload(pb.TerminateWorkloadRequest(actor_uid=b), timeout=120)
+    excl.settle()
+    return {"checkpoint_a_alone": checkpoint, "run_b_alone": run}
 
 
 def handover(turns: Turns, results: dict[str, object], size: int, rounds: int) -> None:
-    """The GPU hand-over on an exclusive worker where A and B each need every GPU: B
-    refused, then CheckpointWorkload(A) and B's RunWorkload retried at once; the time
-    from A's checkpoint call to B running, against A's checkpoint plus B's Run."""
+    """The GPU hand-over on an exclusive worker where A and B each need every GPU,
+    against A's checkpoint alone plus B's Run alone; the two interleaved, round by
+    round, their order alternating. Then where B's Run spent its time in each."""
     world = turns.world
     excl = Daemon(world, turns.runsc_path, run_dir=world.base / "run-exclusive",
                   gpu_placement="exclusive", nvproxy_driver_version=DEFAULT_DRIVER_VERSION)
-    every = pb.GpuRequest(count=GPUS)
-    figures: dict[str, list[float]] = {"handover": [], "checkpoint_a": [], "run_b": [],
-                                       "gap": []}
+    figures: dict[str, list[float]] = defaultdict(list)
     try:
         for i in range(rounds):
-            a, b = f"ha{i}", f"hb{i}"
-            for uid in (a, b):
-                turns.actor(uid, size, "gpu")
-            runs = {uid: pb.RunWorkloadRequest(
-                actor_uid=uid, actor_dirs=world.actor_dirs(uid), gpus=every,
-                spec=pb.WorkloadSpec(containers=[pb.Container(name="app")])) for uid in (a, b)}
-            excl.stub.RunWorkload(runs[a], timeout=300)
-            wait_text(excl.run_dir / "logs" / a / "app.log", "tick=2\n")  # a fresh uid
-            try:
-                excl.stub.RunWorkload(runs[b], timeout=60)
-                raise SystemExit("B ran while A held every GPU: not an exclusive worker")
-            except grpc.RpcError as err:
-                if err.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
-                    raise
-            quiesce()
-            started = time.perf_counter()
-            excl.stub.CheckpointWorkload(pb.CheckpointWorkloadRequest(
-                actor_uid=a, actor_dirs=world.actor_dirs(a)), timeout=600)
-            saved = time.perf_counter()
-            excl.stub.RunWorkload(runs[b], timeout=300)
-            done = time.perf_counter()
-            figures["handover"].append(done - started)
-            figures["checkpoint_a"].append(saved - started)
-            figures["run_b"].append(done - saved)
-            excl.stub.TerminateWorkload(pb.TerminateWorkloadRequest(actor_uid=b), timeout=120)
-        alone = handover_parts(turns, excl, size, rounds)
+            for side in (("handover", "parts") if i % 2 == 0 else ("parts", "handover")):
+                one = (handover_round if side == "handover" else handover_parts)(
+                    turns, excl, size, i)
+                for k, v in one.items():
+                    figures[k].append(v)
+        events = excl.log_events()
     finally:
         excl.stop()
-    row = {k: stats_ms(v) for k, v in figures.items() if v}
-    row.update({f"{k}_alone": stats_ms(v) for k, v in alone.items()})
-    budget = row["checkpoint_a_alone"]["median"] + row["run_b_alone"]["median"]
-    row["over_parts_ms"] = round(row["handover"]["median"] - budget, 1)
+    stats = {k: stats_ms(v) for k, v in figures.items()}
+    budget = stats["checkpoint_a_alone"]["median"] + stats["run_b_alone"]["median"]
+    over = stats["handover"]["median"] - budget
+    for k, v in stats.items():
+        print(f"hand-over {k:18} min {v['min']:8.1f} median {v['median']:8.1f} "
+              f"p99 {v['p99']:8.1f} ms")
+    print(f"hand-over median {stats['handover']['median']} ms vs A's checkpoint + B's Run "
+          f"alone {budget:.1f} ms: {over:+.1f} ms")
+    # The same comparison round by round (a round's hand-over against the parts
+    # measured beside it): steadier than the medians' on a VM whose speed drifts.
+    paired = statistics.median(h - c - r for h, c, r in zip(
+        figures["handover"], figures["checkpoint_a_alone"], figures["run_b_alone"], strict=True))
+    print(f"hand-over over the parts, paired by round: median {paired * 1000:+.1f} ms")
+    row: dict[str, object] = {**stats, "over_parts_ms": round(over, 1),
+                              "over_parts_paired_ms": round(paired * 1000, 1)}
+    times = calls(events)
+    for label, prefix in (("after A", "hb"), ("alone", "sb")):
+        runs = summary(t for t in times if t.actor.startswith(prefix)  # not B's refusal:
+                       and "RunWorkload" in t.rpc and "runsc.start" in t.phases_ms)
+        for r in runs.values():
+            top = sorted(r["phases_ms"].items(), key=lambda kv: -kv[1])[:6]
+            print(f"hand-over B's Run {label:7} wall {r['wall_ms']:8.1f} ms: "
+                  + ", ".join(f"{n} {ms}" for n, ms in top))
+            row[f"run_b_{label.replace(' ', '_')}_phases_ms"] = r["phases_ms"]
+    # A's release after its answer, the part B waits for first: until A's sandbox exited.
+    for label, prefix in (("after A", "ha"), ("alone", "sa")):
+        spent: dict[str, list[float]] = defaultdict(list)
+        for e in events:
+            if (e.get("event") == "phase" and e.get("op") == "release"
+                    and str(e.get("actor_uid", "")).startswith(prefix)):
+                spent[str(e["phase"])].append(float(e["duration_ms"]))
+        medians = {n: round(statistics.median(v), 1) for n, v in sorted(spent.items())}
+        print(f"hand-over A's release ({label}): "
+              + ", ".join(f"{n} {ms}" for n, ms in medians.items()))
+        row[f"release_a_{label.replace(' ', '_')}_phases_ms"] = medians
     results[f"handover-{size}"] = row
-    for k, v in row.items():
-        if isinstance(v, dict):
-            print(f"hand-over {k:18} min {v['min']:8.1f} median {v['median']:8.1f} "
-                  f"p99 {v['p99']:8.1f} ms")
-    print(f"hand-over median {row['handover']['median']} ms vs A's checkpoint + B's Run alone "
-          f"{budget:.1f} ms: {row['over_parts_ms']:+.1f} ms")
 
 
 def report(results: dict[str, object], kind: str, size: int,

@@ -262,7 +262,7 @@ class AteomService:
         bookkeeping, and the wait for a large sandbox to exit (the kernel
         freeing its memory) was most of the call. Meanwhile the actor is
         RELEASING: it keeps its slot and its GPUs until its sandbox's processes
-        have exited (the first 5-50 ms of the release), and a call that needs
+        have exited (killed first thing: milliseconds), and a call that needs
         them waits for that (`ActorTable.await_releases`, `_place`); a call
         for the actor itself waits until it is gone.
         """

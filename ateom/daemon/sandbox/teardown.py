@@ -25,9 +25,9 @@ from ateom.runsc.commands import Runsc
 
 log = structlog.get_logger("ateom.sandbox")
 
-# A checkpointed sandbox exits by itself 5-50 ms after runsc checkpoint returns
-# (measured: docs/performance.md "The hand-over"); one still running after
-# this long is killed with the rest below, and its GPUs wait for that.
+# A checkpointed sandbox, killed (`kill_stopped_sandbox`), is gone within
+# milliseconds; one still there after this long (stuck in the kernel) is killed
+# again with the rest below, and its GPUs wait for that.
 EXIT_WAIT = 5.0
 
 
@@ -71,12 +71,29 @@ def _stop(runsc: Runsc, ordered: Sequence[str], grace: float) -> None:
         runsc.kill(name, "KILL")
 
 
+def _sigkill(pids: Sequence[int]) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def kill_stopped_sandbox(pids: Sequence[int]) -> None:
+    """SIGKILL a checkpointed sandbox's processes (`pids`, just listed).
+
+    Once runsc checkpoint has returned, the image is whole and every container
+    stopped: what the sandbox and its gofer have left is their exit, which they
+    take 5-50 ms to reach by themselves and which the root's `runsc delete`
+    forces (SIGKILL) only once that runsc has started and loaded its state,
+    20-30 ms on. A GPU hand-over waits for that exit (the next actor gets the
+    GPUs then): killed now, they are gone within the kernel's teardown, 0.1-6 ms
+    (docs/performance.md, "The hand-over")."""
+    _sigkill(pids)
+
+
 def kill_sandbox_processes(root: str) -> None:
     """SIGKILL every runsc process run with ``--root=<root>``; wait (5 s) for them to go."""
     leftovers = sandbox_processes(root)
-    for pid in leftovers:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+    _sigkill(leftovers)
     if leftovers:
         log.warning("sandbox_processes_killed", pids=leftovers)
     wait_exited(leftovers, 5)
@@ -93,6 +110,7 @@ def teardown(runsc: Runsc, runsc_ids: Sequence[str], grace: float, *,
     a kill is asked; each is still deleted, the root first (a sub-container's
     delete removes its rootfs overlay's ``.gvisor.filestore.*`` file, which a
     later start or restore of the bundle refuses to find there).
+    The stopped sandbox's processes are killed first (`kill_stopped_sandbox`).
     `on_exited` (after a checkpoint only): called on this thread as soon as
     every process of the sandbox has exited, while the root's delete runs:
     from then on no process of the actor holds a device, so its GPUs can go
@@ -121,7 +139,8 @@ def teardown(runsc: Runsc, runsc_ids: Sequence[str], grace: float, *,
 def _delete_checkpointed(runsc: Runsc, runsc_ids: Sequence[str],
                          on_exited: Callable[[], None] | None) -> None:
     # Listed before the first delete: that runsc runs with the actor's --root too.
-    pids = sandbox_processes(runsc.target.root) if on_exited is not None else []
+    pids = sandbox_processes(runsc.target.root)
+    kill_stopped_sandbox(pids)
 
     def exited() -> None:
         assert on_exited is not None

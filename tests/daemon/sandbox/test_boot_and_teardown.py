@@ -119,19 +119,48 @@ def test_teardown_right_after_a_checkpoint_asks_no_list_and_kills_nothing(
     assert not state.exists()
 
 
-def test_after_a_checkpoint_on_exited_comes_once_the_sandbox_exited_during_the_root_delete(
+def test_after_a_checkpoint_the_stopped_sandbox_is_killed_before_the_root_delete(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     sandbox = subprocess.Popen(["sleep", "60"])  # stands in for the checkpointed sandbox
     monkeypatch.setattr(td, "sandbox_processes",
                         lambda root: [sandbox.pid] if alive(sandbox.pid) else [])
-    threading.Timer(0.2, sandbox.kill).start()
     runsc = RecordingRunsc(tmp_path / "state", listed=None)
+    real_kill = td.kill_stopped_sandbox
+
+    def kill(pids: list[int]) -> None:
+        runsc.calls.append(f"kill {pids}")
+        real_kill(pids)
+    monkeypatch.setattr(td, "kill_stopped_sandbox", kill)
     try:
         td.teardown(runsc, ["u__pause", "app"], grace=0, after_checkpoint=True,  # type: ignore[arg-type]
                     on_exited=lambda: runsc.calls.append("exited"))
     finally:
+        sandbox.kill()
         sandbox.wait()
-    assert runsc.calls == ["delete u__pause", "exited", "delete app"]
+    # Killed before runsc delete started (which would only kill it 20-30 ms on);
+    # its GPUs go back once it is gone, while the root's delete runs.
+    assert runsc.calls == [f"kill {[sandbox.pid]}", "delete u__pause", "exited", "delete app"]
+    assert sandbox.returncode == -9
+
+
+def test_after_a_checkpoint_on_exited_waits_for_a_sandbox_slow_to_exit(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The kill lands, but the kernel takes a while to tear the sandbox down (a
+    # large address space, a device's release): on_exited comes when it is gone.
+    sandbox = subprocess.Popen(["sleep", "60"])
+    monkeypatch.setattr(td, "sandbox_processes",
+                        lambda root: [sandbox.pid] if alive(sandbox.pid) else [])
+    monkeypatch.setattr(td, "kill_stopped_sandbox", lambda pids: None)
+    threading.Timer(0.2, sandbox.kill).start()
+    runsc = RecordingRunsc(tmp_path / "state", listed=None)
+    exited_after: list[bool] = []
+    try:
+        td.teardown(runsc, ["u__pause", "app"], grace=0, after_checkpoint=True,  # type: ignore[arg-type]
+                    on_exited=lambda: exited_after.append(not alive(sandbox.pid)))
+    finally:
+        sandbox.wait()
+    assert exited_after == [True]
+    assert runsc.calls == ["delete u__pause", "delete app"]
 
 
 def test_after_a_checkpoint_a_sandbox_that_does_not_exit_is_killed_and_on_exited_not_called(
@@ -139,6 +168,7 @@ def test_after_a_checkpoint_a_sandbox_that_does_not_exit_is_killed_and_on_exited
     sandbox = subprocess.Popen(["sleep", "60"])
     monkeypatch.setattr(td, "sandbox_processes",
                         lambda root: [sandbox.pid] if alive(sandbox.pid) else [])
+    monkeypatch.setattr(td, "kill_stopped_sandbox", lambda pids: None)  # stuck in the kernel
     monkeypatch.setattr(td, "EXIT_WAIT", 0.2)
     runsc = RecordingRunsc(tmp_path / "state", listed=None)
     try:

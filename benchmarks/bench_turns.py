@@ -104,6 +104,7 @@ def main() -> int:
                                                                     kind))
                     report(results, kind, size, sides)
                     attribute(results, turns, kind, size)
+            rpc_floor(turns, results)
             if args.concurrent:
                 concurrent(turns, results, args.concurrent, 256, args.n)
             if "gpu" in kinds:
@@ -113,6 +114,26 @@ def main() -> int:
             unmount_under(tmp)  # what a failed round's runsc left mounted
     print(json.dumps(results))
     return 0
+
+
+def rpc_floor(turns: Turns, results: dict[str, object], rounds: int = 50) -> None:
+    """What any call through ateom costs at least, on this machine: a TerminateWorkload
+    of an actor never seen (gRPC both ways, the handler, validation, admission, the
+    log lines), at the client and inside the daemon's handler."""
+    uid = "never-seen"
+    seconds = []
+    for _ in range(rounds):
+        started = time.perf_counter()
+        turns.daemon.stub.TerminateWorkload(pb.TerminateWorkloadRequest(actor_uid=uid),
+                                            timeout=30)
+        seconds.append(time.perf_counter() - started)
+    inside = [e["duration_ms"] / 1000 for e in turns.daemon.log_events()
+              if e.get("event") == "rpc" and e.get("actor_uid") == uid]
+    row = {"client": stats_ms(seconds), "handler": stats_ms(inside)}
+    results["rpc_floor"] = row
+    for k, v in row.items():
+        print(f"a call that does nothing, {k:7} min {v['min']:6.2f} median {v['median']:6.2f} "
+              f"p99 {v['p99']:6.2f} ms")
 
 
 def concurrent(turns: Turns, results: dict[str, object], count: int, size: int,

@@ -2,10 +2,11 @@
 
 A checkpointed sandbox, killed once `runsc checkpoint` has returned, is gone
 when the kernel has freed its memory and closed its files (0.1-6 ms; 5-50 ms
-when left to exit by itself); its GPUs are free once it and its gofer are gone. Polling /proc for that costs a scan of every process per poll
-and up to a poll's interval in latency; a pidfd becomes readable the moment
-its process exits (after the kernel closed its files and freed its memory:
-exit_files and exit_mm run before the exit is signalled), whoever its parent.
+when left to exit by itself); its GPUs are free once it and its gofer are
+gone. Polling /proc for that costs a scan of every process per poll and up to
+a poll's interval in latency; a pidfd becomes readable the moment its process
+exits (after the kernel closed its files and freed its memory: exit_files and
+exit_mm run before the exit is signalled), whoever its parent.
 Where pidfds are missing (Linux < 5.3, or a seccomp profile refusing
 pidfd_open), /proc is polled instead.
 """

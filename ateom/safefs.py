@@ -29,6 +29,7 @@ compatibility record, which travels with the image).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import secrets
@@ -119,6 +120,15 @@ def write_atomic(path: str, data: bytes, *, beneath: str, mode: int = 0o644,
 def write_atomic_at(dir_fd: int, name: str, data: bytes, *, mode: int = 0o644,
                     durable: bool = False) -> None:
     """`write_atomic` into an open directory fd (`name` is a bare file name)."""
+    staged = stage_at(dir_fd, name, data, mode=mode, durable=durable)
+    commit_staged_at(dir_fd, staged, name, durable=durable)
+
+
+def stage_at(dir_fd: int, name: str, data: bytes, *, mode: int = 0o644,
+             durable: bool = False) -> str:
+    """The first half of `write_atomic_at`: `data` in a new hidden file beside
+    `name` (fsync'd when `durable`), whose name is returned for
+    `commit_staged_at`, or for the caller to unlink. Nothing is replaced yet."""
     if "/" in name or "\0" in name or name in ("", ".", ".."):
         raise UnsafePathError(errno.EINVAL, "not a bare file name", name)
     # Named after the file for whoever finds a leftover; cut so a long name
@@ -134,15 +144,27 @@ def write_atomic_at(dir_fd: int, name: str, data: bytes, *, mode: int = 0o644,
                 os.fsync(fd)
         finally:
             os.close(fd)
-        os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException:
-        try:
-            os.unlink(tmp, dir_fd=dir_fd)
-        except FileNotFoundError:
-            pass
+        discard_staged_at(dir_fd, tmp)
+        raise
+    return tmp
+
+
+def commit_staged_at(dir_fd: int, staged: str, name: str, *, durable: bool = False) -> None:
+    """The second half: the staged file replaces `name` (the directory fsync'd
+    when `durable`); on failure the staged file is removed."""
+    try:
+        os.rename(staged, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        discard_staged_at(dir_fd, staged)
         raise
     if durable:
         os.fsync(dir_fd)
+
+
+def discard_staged_at(dir_fd: int, staged: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(staged, dir_fd=dir_fd)
 
 
 def read_file_at(dir_fd: int, name: str) -> tuple[bytes, int]:

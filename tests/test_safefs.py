@@ -138,3 +138,36 @@ def test_a_missing_trusted_root_is_made_when_parents_are(tmp_path: Path) -> None
     assert (run_dir / "cdi" / "nvidia.json").read_bytes() == b"{}"
     with pytest.raises(FileNotFoundError):
         safefs.write_atomic(str(tmp_path / "other" / "f"), b"x", beneath=str(tmp_path / "other"))
+
+
+def test_a_staged_write_replaces_nothing_until_committed(tmp_path: Path) -> None:
+    target = tmp_path / "f"
+    target.write_bytes(b"old")
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        staged = safefs.stage_at(fd, "f", b"new", mode=0o600, durable=True)
+        assert target.read_bytes() == b"old"
+        assert (tmp_path / staged).read_bytes() == b"new" and staged.startswith(".f.")
+        safefs.commit_staged_at(fd, staged, "f", durable=True)
+        assert target.read_bytes() == b"new"
+        assert (target.stat().st_mode & 0o777) == 0o600
+        assert [p.name for p in tmp_path.iterdir()] == ["f"]
+        discarded = safefs.stage_at(fd, "f", b"newer")
+        safefs.discard_staged_at(fd, discarded)
+        safefs.discard_staged_at(fd, discarded)  # gone already: no error
+    finally:
+        os.close(fd)
+    assert target.read_bytes() == b"new"
+    assert [p.name for p in tmp_path.iterdir()] == ["f"]
+
+
+def test_a_commit_that_fails_removes_what_it_staged(tmp_path: Path) -> None:
+    (tmp_path / "d").mkdir()  # a directory where the file goes: the rename fails
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        staged = safefs.stage_at(fd, "d", b"new")
+        with pytest.raises(OSError):
+            safefs.commit_staged_at(fd, staged, "d")
+    finally:
+        os.close(fd)
+    assert [p.name for p in tmp_path.iterdir()] == ["d"]

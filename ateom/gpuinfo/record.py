@@ -37,7 +37,14 @@ from ateom import __version__ as ATEOM_VERSION
 from ateom.cdi.model import Resolution
 from ateom.errors import AteomError, ErrorCode, quote
 from ateom.gpuinfo.inventory import GpuFacts
-from ateom.safefs import read_file, write_atomic
+from ateom.safefs import (
+    commit_staged_at,
+    discard_staged_at,
+    open_dir,
+    read_file,
+    stage_at,
+    write_atomic,
+)
 
 RECORD_FILE = "ateom-compat.json"
 FORMAT_MAJOR = 1
@@ -348,6 +355,29 @@ def write_record(directory: str, record: CompatRecord, *, beneath: str) -> str:
     path = os.path.join(directory, RECORD_FILE)
     write_atomic(path, record_json(record), beneath=beneath, mode=0o644, durable=True)
     return path
+
+
+def stage_record(directory: str, record: CompatRecord, *, beneath: str) -> str:
+    """`write_record` in two halves: the record durably in a hidden file in
+    `directory` (its name returned), not yet in place (writes a file)."""
+    with open_dir(directory, beneath=beneath) as fd:
+        return stage_at(fd, RECORD_FILE, record_json(record), mode=0o644, durable=True)
+
+
+def commit_record(directory: str, staged: str, *, beneath: str) -> str:
+    """Put a `stage_record` file in place as RECORD_FILE, durably; its path."""
+    with open_dir(directory, beneath=beneath) as fd:
+        commit_staged_at(fd, staged, RECORD_FILE, durable=True)
+    return os.path.join(directory, RECORD_FILE)
+
+
+def discard_record(directory: str, staged: str, *, beneath: str) -> None:
+    """Remove a `stage_record` file that is not to be committed."""
+    try:
+        with open_dir(directory, beneath=beneath) as fd:
+            discard_staged_at(fd, staged)
+    except FileNotFoundError:
+        pass  # the directory went with it
 
 
 def read_record(directory: str, *, beneath: str) -> ParsedRecord:

@@ -298,10 +298,11 @@ class Runsc:
                   check=True)
 
     def checkpoint(self, name: str, image_path: str, *, flags: Sequence[str] = (),
-                   timeout: float | None = None) -> None:
+                   timeout: float | None = None,
+                   meanwhile: Callable[[], None] | None = None) -> None:
         argv = checkpoint_argv(self.target, name, image_path, log_file=self.runsc_log(name),
                                flags=flags)
-        self._run("checkpoint", name, argv, check=True, timeout=timeout)
+        self._run("checkpoint", name, argv, check=True, timeout=timeout, meanwhile=meanwhile)
 
     def restore(self, name: str, bundle: str, image_path: str, pid_file: str, *,
                 meanwhile: Callable[[], None] | None = None) -> None:

@@ -1,8 +1,9 @@
 """A GPU checkpoint's compatibility record: written with the image, checked first
 at restore, and the placement it implies.
 
-At checkpoint, once runsc saved the sandbox, ateom writes
-``ateom-compat.json`` into the checkpoint dir (it travels with the image and
+At checkpoint, while runsc saves the sandbox, ateom writes
+``ateom-compat.json`` into the checkpoint dir, in place once the save has
+succeeded (`save_with_record`; it travels with the image and
 is listed in snapshot_files): runsc build, driver version, the actor's GPUs
 as this worker knows them, nvproxy capabilities, and each container's CDI
 devices with a digest of their resolved edits (`ateom.gpuinfo.record`).
@@ -22,13 +23,14 @@ or from before records) restores as it always did.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import structlog
 
 from ateom.daemon.bundles.devices import GPU_KIND
 from ateom.daemon.bundles.plan import SandboxPlan
 from ateom.daemon.calls import refusals
+from ateom.daemon.calls.phases import phase
 from ateom.daemon.gpus.pool import GpuPool, gpu_index
 from ateom.daemon.sandbox.boot import Sandbox
 from ateom.gpuinfo.compat import check_restore, runsc_remaps_gpus
@@ -44,8 +46,11 @@ from ateom.gpuinfo.record import (
     ContainerDevices,
     RunscBuild,
     build_record,
+    commit_record,
+    discard_record,
     parse_runsc_version,
     read_record,
+    stage_record,
     write_record,
 )
 from ateom.runsc.probe import RunscInfo
@@ -73,6 +78,54 @@ def record_for(sandbox: Sandbox, pool: GpuPool, info: RunscInfo, gpus: Sequence[
 def write(image_dir: str, record: CompatRecord, *, beneath: str) -> str:
     """Write the record into the checkpoint dir, durably (it outlives the machine)."""
     return write_record(image_dir, record, beneath=beneath)
+
+
+class WriteDuringSave:
+    """The record written while runsc saves the sandbox, in place once it has.
+
+    Written after the save, the record's fsync lands behind the image's
+    metadata in the filesystem's journal: 1.5 ms of every GPU checkpoint here
+    (docs/performance.md). Staged as soon as runsc checkpoint has started
+    (`stage`, the runsc call's ``meanwhile``), its data is on disk before the
+    image is; `commit` then renames it into place (0.7 ms). A failed save
+    `discard`s it: a record never stands beside an image runsc did not finish.
+    """
+
+    def __init__(self, image_dir: str, record: CompatRecord, *, beneath: str) -> None:
+        self.image_dir, self.record, self.beneath = image_dir, record, beneath
+        self.staged: str | None = None  # the hidden file's name, once staged
+
+    def stage(self) -> None:
+        self.staged = stage_record(self.image_dir, self.record, beneath=self.beneath)
+
+    def commit(self) -> str:
+        """The record in place, durably (written now if it was never staged); its path."""
+        if self.staged is None:
+            return write(self.image_dir, self.record, beneath=self.beneath)
+        staged, self.staged = self.staged, None
+        return commit_record(self.image_dir, staged, beneath=self.beneath)
+
+    def discard(self) -> None:
+        if self.staged is not None:
+            discard_record(self.image_dir, self.staged, beneath=self.beneath)
+            self.staged = None
+
+
+def save_with_record(save: Callable[[Callable[[], None]], tuple[str, ...]], image_dir: str,
+                     record: CompatRecord, *, beneath: str) -> tuple[str, ...]:
+    """`save(meanwhile)` (runsc checkpoint, calling `meanwhile` once started) with
+    the record written during it (`WriteDuringSave`); the files the save wrote,
+    the record among them."""
+    writer = WriteDuringSave(image_dir, record, beneath=beneath)
+    try:
+        files = save(writer.stage)
+        staged = writer.staged
+        with phase("record.write"):
+            path = writer.commit()
+    finally:
+        writer.discard()  # a save that failed: no record beside its image
+    kept = (f for f in files if f != staged)  # listed under its staged name
+    return tuple(sorted({*kept, os.path.relpath(path, image_dir)}))
 
 
 def read(image_dir: str, *, beneath: str) -> CompatRecord | None:

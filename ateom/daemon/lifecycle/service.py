@@ -287,17 +287,17 @@ class AteomService:
         answer.after_answer(thread.start)
 
     def _save(self, actor: Actor, image: str, gpu: GpuSave | None) -> tuple[str, ...]:
-        """runsc checkpoint (through cuda-checkpoint for a GPU actor, then its record)."""
-        assert actor.sandbox is not None
-        uid = actor.ref.actor_uid
+        """runsc checkpoint (through cuda-checkpoint for a GPU actor, its record
+        written meanwhile)."""
+        sandbox, uid = actor.sandbox, actor.ref.actor_uid
+        assert sandbox is not None
         if gpu is None:
-            return save.save(actor.sandbox, image, uid)
-        files = save.save(actor.sandbox, image, uid, flags=gpu.flags,
-                                phase_name="cuda-checkpoint",
-                                timeout=self.config.gpu.cuda_checkpoint_timeout)
-        with phase("record.write"):
-            record = compat_record.write(image, gpu.record, beneath=self.config.actors_root)
-        return tuple(sorted({*files, os.path.relpath(record, image)}))
+            return save.save(sandbox, image, uid)
+        return compat_record.save_with_record(
+            lambda meanwhile: save.save(sandbox, image, uid, flags=gpu.flags,
+                                        phase_name="cuda-checkpoint", meanwhile=meanwhile,
+                                        timeout=self.config.gpu.cuda_checkpoint_timeout),
+            image, gpu.record, beneath=self.config.actors_root)
 
     def terminate_workload(self, req: TerminateRequest) -> None:
         uid = req.actor.actor_uid

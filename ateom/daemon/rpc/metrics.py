@@ -67,7 +67,7 @@ PHASES = (
     "image.prepare",  # the checkpoint dir made
     "runsc.checkpoint",
     "image.list",  # the files the save wrote
-    "record.write",  # the GPU compatibility record beside the image
+    "record.write",  # the GPU compatibility record put in place (staged during the save)
     "runsc.restore",
     "image.discard",  # the consumed restore image set aside (removed after the answer)
     "runsc.delete",

@@ -12,7 +12,7 @@ import os
 import secrets
 import shutil
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ateom import safefs
 from ateom.daemon.calls.answer import after_answer
@@ -121,9 +121,12 @@ class SaveRefused(AteomError):
 
 
 def save(sandbox: Sandbox, image_path: str, uid: str, *, flags: Sequence[str] = (),
-         phase_name: str = "runsc.checkpoint", timeout: float | None = None
-         ) -> tuple[str, ...]:
+         phase_name: str = "runsc.checkpoint", timeout: float | None = None,
+         meanwhile: Callable[[], None] | None = None) -> tuple[str, ...]:
     """runsc checkpoint of the sandbox root into `image_path`; the files it wrote.
+
+    `meanwhile`: called once runsc checkpoint has started, while it runs
+    (`Reaper.run`); what it writes into `image_path` is listed too.
 
     A failure with the sandbox still running is `SaveRefused` (e.g. a live CUDA
     context runsc cannot save, or cuda-checkpoint failing and undone: the actor
@@ -135,7 +138,8 @@ def save(sandbox: Sandbox, image_path: str, uid: str, *, flags: Sequence[str] = 
     before = file_versions(image_path)
     try:
         with phase(phase_name, container=root):
-            runsc.checkpoint(root, image_path, flags=flags, timeout=timeout)
+            runsc.checkpoint(root, image_path, flags=flags, timeout=timeout,
+                             meanwhile=meanwhile)
     except RunscError as exc:
         # Keep or terminate follows what happened to the sandbox, not runsc's
         # exit code: 20260817 refuses some saves and keeps the sandbox; 20240729

@@ -28,7 +28,7 @@ class _Runsc:
         self._state = state
 
     def checkpoint(self, name: str, image_path: str, *, flags: Sequence[str] = (),
-                   timeout: float | None = None) -> None:
+                   timeout: float | None = None, meanwhile: object = None) -> None:
         raise RunscError("checkpoint", name, 128, "", "failed to get nvproxy device IDs")
 
     def state(self, name: str) -> dict[str, Any]:

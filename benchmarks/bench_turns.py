@@ -4,6 +4,9 @@
     python benchmarks/bench_turns.py [--runsc PATH] [-n 10] [--sizes 64,256,1024]
                                      [--kinds cpu,gpu] [--concurrent 4]     (as root)
 
+`--sizes ""` leaves out the per-size turns: the floor still runs, and the
+concurrent restores (unless `--concurrent 0`) and, with GPU actors, the hand-over.
+
 The runsc is `--runsc`, else gVisor's newest release where the project's machines
 have it (`tests.support.newest_runsc`), else the ``runsc`` on PATH; the first line
 printed says which. GPU actors need a runsc with ``--cuda-checkpoint-path``: they run
@@ -35,7 +38,10 @@ tick (time to useful work). `--concurrent` actors
 (256 MiB) restored at once through ateom vs the same restores by runsc alone, vs
 one. With GPU actors, the hand-over on an exclusive worker: B refused while A holds
 every GPU, then CheckpointWorkload(A) and B's RunWorkload at once: from A's
-checkpoint call to B running, against A's checkpoint plus B's Run measured alone.
+checkpoint call to B running, against A's checkpoint plus B's Run each measured
+alone on a settled worker, the two interleaved round by round (medians and the
+paired difference), with B's Run's phases and A's release's in each. Also the
+floor of any call: a TerminateWorkload of an unknown actor.
 Prints min/median/p99 tables and one JSON line with every figure.
 """
 

@@ -86,7 +86,7 @@ def kill_stopped_sandbox(pids: Sequence[int]) -> None:
     forces (SIGKILL) only once that runsc has started and loaded its state,
     20-30 ms on. A GPU hand-over waits for that exit (the next actor gets the
     GPUs then): killed now, they are gone within the kernel's teardown, 0.1-6 ms
-    (docs/performance.md, "The hand-over")."""
+    (docs/performance.md, "GPU hand-over")."""
     _sigkill(pids)
 
 

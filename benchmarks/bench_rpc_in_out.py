@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import shutil
 import statistics
 import sys
 import tempfile
@@ -26,11 +25,10 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from turns_actors import Turns, quiesce  # this dir: puts REPO on sys.path
+from turns_actors import Turns, quiesce, runsc_to_bench  # this dir: puts REPO on sys.path
 
 from ateom._proto import ateom_pb2 as pb  # noqa: E402
 from ateom.daemon.sandbox.state_dir import unmount_under  # noqa: E402
-from tests.support.newest_runsc import newest_runsc  # noqa: E402
 
 
 def _stamp(event: dict[str, Any]) -> float:
@@ -42,10 +40,7 @@ def main() -> int:
     parser.add_argument("--runsc")
     parser.add_argument("-n", type=int, default=8)
     args = parser.parse_args()
-    newest, _ = newest_runsc()
-    runsc = args.runsc or (newest.path if newest else shutil.which("runsc"))
-    if not runsc:
-        raise SystemExit("no runsc: pass --runsc")
+    runsc, _ = runsc_to_bench(args.runsc)
     print(f"runsc: {runsc}")
     calls: list[tuple[str, str, float, float]] = []  # kind, uid, sent, answered
     with tempfile.TemporaryDirectory(prefix="ateom-bench-in-out-") as tmp:

@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from turns_actors import Alone, Turns, image_bytes, stats_ms, wait_text
+from turns_actors import Alone, Turns, image_bytes, runsc_to_bench, stats_ms, wait_text
 
 from ateom.runsc.commands import (  # noqa: E402
     RunscTarget,
@@ -32,7 +32,6 @@ from ateom.runsc.commands import (  # noqa: E402
     start_argv,
 )
 from tests.support import build_busybox_bundle  # noqa: E402
-from tests.support.newest_runsc import newest_runsc  # noqa: E402
 
 # (name, checkpoint flags, restore flags, drop restore -background)
 VARIANTS = (
@@ -94,14 +93,11 @@ def main() -> int:
     parser.add_argument("-n", type=int, default=5)
     parser.add_argument("--size", type=int, default=256)
     args = parser.parse_args()
-    newest, why = newest_runsc()
-    runsc = args.runsc or (newest.path if newest else shutil.which("runsc"))
-    if not runsc:
-        raise SystemExit("no runsc: pass --runsc")
+    runsc, why = runsc_to_bench(args.runsc)
     results: dict[str, object] = {}
     with tempfile.TemporaryDirectory(prefix="ateom-bench-options-") as tmp:
         turns = Turns(Path(tmp), runsc, gpu=False)
-        print(f"runsc: {runsc} ({turns.info.version}){'' if newest or args.runsc else '; ' + why}")
+        print(f"runsc: {runsc} ({turns.info.version}){'; ' + why if why else ''}")
         try:
             bundle = Path(tmp) / "bundles" / "_pause"
             build_busybox_bundle(bundle, program(args.size))

@@ -50,7 +50,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
 import sys
 import tempfile
@@ -59,7 +58,13 @@ from collections import defaultdict
 from pathlib import Path
 
 import grpc
-from turns_actors import Turns, quiesce, stats_ms, wait_text  # this dir: puts REPO on sys.path
+from turns_actors import (  # this dir: puts REPO on sys.path
+    Turns,
+    quiesce,
+    runsc_to_bench,
+    stats_ms,
+    wait_text,
+)
 
 from ateom._proto import ateom_pb2 as pb  # noqa: E402
 from ateom.daemon.sandbox.state_dir import unmount_under  # noqa: E402
@@ -67,7 +72,6 @@ from ateom.runsc.probe import probe_runsc  # noqa: E402
 from tests.daemon.harness import GPUS, Daemon  # noqa: E402
 from tests.support import DEFAULT_DRIVER_VERSION  # noqa: E402
 from tests.support.attribution import calls, summary  # noqa: E402
-from tests.support.newest_runsc import newest_runsc  # noqa: E402
 from tests.support.stand_in_gpu import stand_in_gpu_prefix  # noqa: E402
 
 IN_NAMESPACE = "ATEOM_BENCH_TURNS_IN_NAMESPACE"
@@ -81,17 +85,14 @@ def main() -> int:
     parser.add_argument("--kinds", default="cpu,gpu")
     parser.add_argument("--concurrent", type=int, default=4)
     args = parser.parse_args()
-    newest, why = newest_runsc()
-    runsc = args.runsc or (newest.path if newest else shutil.which("runsc"))
-    if not runsc:
-        raise SystemExit("no runsc: pass --runsc")
+    runsc, why = runsc_to_bench(args.runsc)
     kinds = args.kinds.split(",")
     if "gpu" in kinds and not os.environ.get(IN_NAMESPACE):
         base = Path(tempfile.mkdtemp(prefix="ateom-bench-turns-ns-"))
         os.environ[IN_NAMESPACE] = "1"
         os.execvp("unshare", [*stand_in_gpu_prefix(base, GPUS), sys.executable, *sys.argv])
     info = probe_runsc(runsc)
-    print(f"runsc: {runsc} ({info.version}){'' if newest or args.runsc else '; ' + why}")
+    print(f"runsc: {runsc} ({info.version}){'; ' + why if why else ''}")
     results: dict[str, object] = {"runsc": info.version}
     with tempfile.TemporaryDirectory(prefix="ateom-bench-turns-") as tmp:
         turns = Turns(Path(tmp), runsc, gpu="gpu" in kinds)

@@ -48,6 +48,7 @@ from ateom.runsc.commands import (  # noqa: E402
 from ateom.runsc.probe import probe_runsc  # noqa: E402
 from tests.daemon.harness import GPUS, Daemon, World  # noqa: E402
 from tests.support import DEFAULT_DRIVER_VERSION, build_busybox_bundle  # noqa: E402
+from tests.support.newest_runsc import newest_runsc  # noqa: E402
 from tests.support.stand_in_gpu import install_cdi_hook_stand_in  # noqa: E402
 
 FLAGS = ("--network=none", "--ignore-cgroups")
@@ -56,6 +57,17 @@ FLAGS = ("--network=none", "--ignore-cgroups")
 def program(size_mib: int) -> list[str]:
     return ["sh", "-c", f"head -c {size_mib}m /dev/urandom > /dev/shm/held; echo held; i=0; "
             "while true; do i=$((i+1)); echo tick=$i; sleep 0.05; done"]
+
+
+def runsc_to_bench(given: str | None) -> tuple[str, str]:
+    """The runsc a turn benchmark runs: `given` (its ``--runsc``), else gVisor's newest
+    release where the project's machines have it, else the ``runsc`` on PATH; and,
+    for that last case, why the newest was not used ("" otherwise)."""
+    newest, why = newest_runsc()
+    runsc = given or (newest.path if newest else shutil.which("runsc"))
+    if not runsc:
+        raise SystemExit("no runsc: pass --runsc")
+    return runsc, "" if newest or given else why
 
 
 def stats_ms(values: list[float]) -> dict[str, float]:

@@ -80,51 +80,29 @@ def write(image_dir: str, record: CompatRecord, *, beneath: str) -> str:
     return write_record(image_dir, record, beneath=beneath)
 
 
-class WriteDuringSave:
-    """The record written while runsc saves the sandbox, in place once it has.
-
-    Written after the save, the record's fsync lands behind the image's
-    metadata in the filesystem's journal: 1.5 ms of every GPU checkpoint here
-    (docs/performance.md). Staged as soon as runsc checkpoint has started
-    (`stage`, the runsc call's ``meanwhile``), its data is on disk before the
-    image is; `commit` then renames it into place (0.7 ms). A failed save
-    `discard`s it: a record never stands beside an image runsc did not finish.
-    """
-
-    def __init__(self, image_dir: str, record: CompatRecord, *, beneath: str) -> None:
-        self.image_dir, self.record, self.beneath = image_dir, record, beneath
-        self.staged: str | None = None  # the hidden file's name, once staged
-
-    def stage(self) -> None:
-        self.staged = stage_record(self.image_dir, self.record, beneath=self.beneath)
-
-    def commit(self) -> str:
-        """The record in place, durably (written now if it was never staged); its path."""
-        if self.staged is None:
-            return write(self.image_dir, self.record, beneath=self.beneath)
-        staged, self.staged = self.staged, None
-        return commit_record(self.image_dir, staged, beneath=self.beneath)
-
-    def discard(self) -> None:
-        if self.staged is not None:
-            discard_record(self.image_dir, self.staged, beneath=self.beneath)
-            self.staged = None
-
-
 def save_with_record(save: Callable[[Callable[[], None]], tuple[str, ...]], image_dir: str,
                      record: CompatRecord, *, beneath: str) -> tuple[str, ...]:
     """`save(meanwhile)` (runsc checkpoint, calling `meanwhile` once started) with
-    the record written during it (`WriteDuringSave`); the files the save wrote,
-    the record among them."""
-    writer = WriteDuringSave(image_dir, record, beneath=beneath)
+    the record written during it; the files the save wrote, the record among them.
+
+    Written after the save, the record's fsync queued behind the image's
+    metadata in the filesystem's journal: 1.5 ms of every GPU checkpoint here
+    (docs/performance.md). Staged, fsync'd, to a hidden file as soon as runsc
+    has started, it is on disk before the image is, and only renamed into place
+    (0.7 ms) once the save succeeded. A failed save removes it: a record never
+    stands beside an image runsc did not finish.
+    """
+    staged: list[str] = []  # the hidden file's name, once the save has started
     try:
-        files = save(writer.stage)
-        staged = writer.staged
-        with phase("record.write"):
-            path = writer.commit()
-    finally:
-        writer.discard()  # a save that failed: no record beside its image
-    kept = (f for f in files if f != staged)  # listed under its staged name
+        files = save(lambda: staged.append(stage_record(image_dir, record, beneath=beneath)))
+    except BaseException:
+        for name in staged:
+            discard_record(image_dir, name, beneath=beneath)
+        raise
+    with phase("record.write"):  # a commit that fails removes what it staged
+        path = (commit_record(image_dir, staged[0], beneath=beneath) if staged
+                else write(image_dir, record, beneath=beneath))
+    kept = (f for f in files if f not in staged)  # listed under its staged name
     return tuple(sorted({*kept, os.path.relpath(path, image_dir)}))
 
 

@@ -16,6 +16,7 @@ them (ateom's by the daemon, after the restore).
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import statistics
@@ -25,6 +26,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+import structlog
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -126,6 +129,8 @@ class Turns:
         install_cdi_hook_stand_in(base / "toolkit")  # the toolkit dir the Daemon names
         self.runsc_path = runsc
         self.gpu = gpu
+        # This process's reaper logs every reap at debug: not the benchmark's output.
+        structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.INFO))
         self.reaper = Reaper().start(reap_all=True)
         self.info = probe_runsc(runsc, lambda argv: (lambda d: (d.returncode, d.output))(
             self.reaper.run_capture(argv, timeout=60)))

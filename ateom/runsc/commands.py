@@ -314,9 +314,8 @@ class Runsc:
         done = self._run("kill", name, kill_argv(self.target, name, sig), check=False)
         return done.returncode == 0
 
-    def delete(self, name: str, *, meanwhile: Callable[[], None] | None = None) -> bool:
-        done = self._run("delete", name, delete_argv(self.target, name), check=False,
-                         meanwhile=meanwhile)
+    def delete(self, name: str) -> bool:
+        done = self._run("delete", name, delete_argv(self.target, name), check=False)
         return done.returncode == 0
 
     def list(self) -> list[str] | None:

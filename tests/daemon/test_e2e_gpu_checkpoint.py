@@ -215,14 +215,19 @@ def test_exclusive_placement_through_grpcurl(world: World) -> None:
         assert run("ex-c").returncode == 0
         [c] = [a for a in _status(daemon).actors if a.actor_uid == "ex-c"]
         assert list(c.gpus) == ["nvidia.com/gpu=0"]  # the GPU ex-a freed
-        # Freed once ex-a's real sandbox had exited (woken by its pidfd), during
-        # the root's delete: not at the end of ex-a's release.
+        # Freed once ex-a's real sandbox had exited (woken by its pidfd), before
+        # its runsc deletes, which waited for the starts in flight: not at the
+        # end of ex-a's release.
         events = [e for e in daemon.log_events() if e.get("actor_uid") == "ex-a"]
         [exited] = [e for e in events if e.get("phase") == "sandbox.exit"
                     and e.get("event") == "phase"]
-        assert exited["outcome"] == "ok" and exited["parent"] == "runsc.delete"
+        assert exited["outcome"] == "ok" and exited["parent"] == "teardown"
         [freed] = [e for e in events if e.get("event") == "gpus_released"]
-        assert freed["phase"] == "runsc.delete" and freed["gpus"] == ["nvidia.com/gpu=0"]
+        assert freed["phase"] == "teardown" and freed["gpus"] == ["nvidia.com/gpu=0"]
+        released = [e["phase"] for e in events
+                    if e.get("event") == "phase" and e.get("op") == "release"]
+        assert (released.index("sandbox.exit") < released.index("starts.wait")
+                < released.index("runsc.delete"))
         for uid in ("ex-b", "ex-c"):
             daemon.stub.TerminateWorkload(pb.TerminateWorkloadRequest(actor_uid=uid), timeout=60)
     finally:

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 
+from ateom.daemon.actors.starts import Starts
 from ateom.daemon.calls import deadline
 from ateom.daemon.calls.phases import phase
 from ateom.daemon.calls.requests import ActorRef
@@ -104,6 +105,8 @@ class ActorTable:
         self.max_actors = max_actors
         self._lock = threading.Lock()
         self._actors: dict[str, Actor] = {}
+        # Run/Restore calls in flight, which a checkpointed actor's cleanup lets go first.
+        self.starts = Starts()
 
     def await_releases(self, ref: ActorRef, op: Op, *, max_wait: float) -> None:
         """Before a Run/Restore is admitted: wait for an actor of the same uid being
@@ -119,7 +122,8 @@ class ActorTable:
                 return
             left = max_wait - (time.monotonic() - waited_since)
             if releasing.ref.actor_uid == ref.actor_uid:
-                waited = self.wait_gone(releasing, left, what)
+                with self.starts.set_aside():  # its release may be letting starts go first
+                    waited = self.wait_gone(releasing, left, what)
             else:  # a slot: free once its sandbox has exited
                 waited = self.wait_freed(releasing, left, what)
             if not waited:

@@ -17,10 +17,8 @@ object; tests drive it directly.
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import os
 import shutil
-import threading
 from collections.abc import Mapping, Sequence
 
 import structlog
@@ -38,7 +36,7 @@ from ateom.daemon.bundles.plan import (
     SandboxPlanner,
 )
 from ateom.daemon.bundles.store import BundleStore
-from ateom.daemon.calls import answer, validation
+from ateom.daemon.calls import validation
 from ateom.daemon.calls.phases import phase
 from ateom.daemon.calls.requests import (
     ActorRef,
@@ -53,9 +51,9 @@ from ateom.daemon.gpus import compat_record
 from ateom.daemon.gpus.lifecycle import GpuActors, GpuSave
 from ateom.daemon.gpus.pool import GpuPool
 from ateom.daemon.lifecycle.config import DaemonConfig
+from ateom.daemon.lifecycle.release import Releases
 from ateom.daemon.sandbox import save
 from ateom.daemon.sandbox.janitor import LogJanitor
-from ateom.daemon.sandbox.teardown import TeardownIncomplete
 from ateom.errors import AteomError, ErrorCode, quote
 from ateom.gpuinfo.nvidia_ctk import SpecGenerator
 from ateom.gpuinfo.placement import PlacementRefused, PlacementSnapshot
@@ -88,6 +86,7 @@ class AteomService:
             self.reaper, config.node, config.gpu.proc_root, self.environ))
         self.gpus = GpuActors(pool, config.node, config.gpu, actors_root=config.actors_root,
                               environ=self.environ)
+        self.releases = Releases(self.hosting, self.gpus, self.actors)
         self.janitor = LogJanitor(
             config.log_root, max_bytes=config.log_max_bytes, retention=config.log_retention,
             hosted=lambda: [a.ref.actor_uid for a in self.actors.snapshot()])
@@ -168,7 +167,7 @@ class AteomService:
                image: str | None) -> DeviceView:
         """The actor's GPUs booked (its device view narrowed to them). GPUs held by
         actors whose checkpoint was answered are waited for, once: they are given
-        back as soon as those sandboxes' processes have exited (`_free`), and
+        back as soon as those sandboxes' processes have exited (`Releases`), and
         a hand-over (B's Run right after A's Checkpoint) must not be refused for
         them."""
         devices = self.planner.devices(req.containers)
@@ -182,28 +181,11 @@ class AteomService:
             self.actors.wait_freed(other, self.config.lock_wait, f"actor {uid}: gpus")
         return self.gpus.place(uid, req, info, devices, image)
 
-    def _release(self, actor: Actor, grace: float, *, after_checkpoint: bool = False) -> None:
-        """Tear the actor's sandbox down, give its bundles and GPUs back, unhost it.
-        After a checkpoint, the GPUs and the slot go back as soon as the sandbox
-        has exited, while the rest of the teardown runs (a waiting Run gets
-        them then)."""
-        try:
-            self.hosting.release(actor, grace, after_checkpoint=after_checkpoint,
-                                 on_exited=(lambda: self._free(actor))
-                                 if after_checkpoint else None)
-        finally:
-            self._free(actor)
-            self.actors.remove(actor)
-
-    def _free(self, actor: Actor) -> None:
-        """Give the actor's GPUs and slot back (again: a no-op)."""
-        self.gpus.release(actor.ref.actor_uid)
-        self.actors.free(actor)
-
     # -- lifecycle ---------------------------------------------------------------
 
     def run_workload(self, req: RunRequest) -> None:
-        with self.admission.call(Op.RUN, req.actor.actor_uid, admits=True):
+        with self.admission.call(Op.RUN, req.actor.actor_uid, admits=True), \
+                self.actors.starts.starting():
             with phase("validate"):
                 info = self._validate_start(req)
             plan = self._admit_and_host(req, Op.RUN, info, None)
@@ -212,7 +194,7 @@ class AteomService:
 
     def restore_workload(self, req: RestoreRequest) -> None:
         uid = req.actor.actor_uid
-        with self.admission.call(Op.RESTORE, uid, admits=True):
+        with self.admission.call(Op.RESTORE, uid, admits=True), self.actors.starts.starting():
             with phase("validate"):
                 info = self._validate_start(req)
                 image = req.dirs.restore_dir
@@ -247,44 +229,11 @@ class AteomService:
                 except save.SaveRefused:
                     raise  # the actor keeps running, hosted as before
                 except BaseException as exc:
-                    self._release(actor, grace=0)
+                    self.releases.release(actor, grace=0)
                     raise _terminated_by_failed_checkpoint(uid, exc) from exc
-                self._release_after_checkpoint(actor)
+                self.releases.after_checkpoint(actor)
                 log.info("actor_checkpointed", files=list(files), gpu=gpu is not None)
                 return CheckpointResult(files)
-
-    def _release_after_checkpoint(self, actor: Actor) -> None:
-        """Answer the checkpoint now; free the worker on a thread of its own.
-
-        The image is complete once runsc checkpoint returns, and the sandbox has
-        stopped. What is left (the root's delete, waiting until the sandbox's
-        processes are gone, the state dir, the bundles, the GPUs) is ateom's
-        bookkeeping, and the wait for a large sandbox to exit (the kernel
-        freeing its memory) was most of the call. Meanwhile the actor is
-        RELEASING: it keeps its slot and its GPUs until its sandbox's processes
-        have exited (killed first thing: milliseconds), and a call that needs
-        them waits for that (`ActorTable.await_releases`, `_place`); a call
-        for the actor itself waits until it is gone.
-        """
-        actor.phase = Phase.RELEASING
-        bindings = {"actor_uid": actor.ref.actor_uid, "op": "release"}
-
-        def finish() -> None:
-            with structlog.contextvars.bound_contextvars(**bindings), phase("release"):
-                try:
-                    self._release(actor, grace=0, after_checkpoint=True)
-                except TeardownIncomplete as exc:
-                    # The image is whole and the actor unhosted, its GPUs and
-                    # bundles given back: the checkpoint stands. What stayed is
-                    # logged (state_dir_left_behind) for the operator.
-                    log.error("checkpoint_teardown_incomplete", reason=str(exc))
-                except Exception:
-                    log.exception("checkpoint_release_failed")
-
-        # A fresh context: this thread's lines are not the RPC's (its call number).
-        thread = threading.Thread(target=contextvars.Context().run, args=(finish,),
-                                  name=f"release-{actor.ref.actor_uid}", daemon=True)
-        answer.after_answer(thread.start)
 
     def _save(self, actor: Actor, image: str, gpu: GpuSave | None) -> tuple[str, ...]:
         """runsc checkpoint (through cuda-checkpoint for a GPU actor, its record
@@ -322,7 +271,7 @@ class AteomService:
             return
         try:
             with self.actors.operate(uid, Op.TERMINATE, max_wait=self.config.lock_wait) as actor:
-                self._release(actor, grace=self.config.kill_grace)
+                self.releases.release(actor, grace=self.config.kill_grace)
                 log.info("actor_terminated")
         except AteomError as exc:
             if exc.code is not ErrorCode.NOT_FOUND:  # NOT_FOUND: went away meanwhile

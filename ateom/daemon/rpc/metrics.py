@@ -54,6 +54,7 @@ PHASES = (
     "capacity.wait",  # a Run/Restore waiting for a checkpointed sandbox's slot or GPUs
     "release",  # after a checkpoint is answered: the sandbox reaped, GPUs freed
     "sandbox.exit",  # in a release: until the checkpointed sandbox's processes exited
+    "starts.wait",  # in a release, its GPUs given back: until no Run/Restore is in flight
     "plan",
     "inject",  # CDI resolution + bundle injection, per container
     "inject.plan",

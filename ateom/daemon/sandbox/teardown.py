@@ -112,10 +112,12 @@ def teardown(runsc: Runsc, runsc_ids: Sequence[str], grace: float, *,
     later start or restore of the bundle refuses to find there).
     The stopped sandbox's processes are killed first (`kill_stopped_sandbox`).
     `on_exited` (after a checkpoint only): called on this thread as soon as
-    every process of the sandbox has exited, while the root's delete runs:
-    from then on no process of the actor holds a device, so its GPUs can go
-    to another actor before the rest of the teardown is done. Not called when
-    they are still running after `EXIT_WAIT` (the caller frees them at the end).
+    every process of the sandbox has exited, before any delete: from then on
+    no process of the actor holds a device, so its GPUs can go to another
+    actor before the rest of the teardown is done, and the deletes wait until
+    it returns (the daemon lets the starts in flight go first there). Not
+    called when they are still running after `EXIT_WAIT` (the caller frees
+    them at the end).
     Raises `TeardownIncomplete` when the state dir (or a mount in it) could
     not be removed: a teardown leaves nothing, or says what it left.
     """
@@ -141,17 +143,16 @@ def _delete_checkpointed(runsc: Runsc, runsc_ids: Sequence[str],
     # Listed before the first delete: that runsc runs with the actor's --root too.
     pids = sandbox_processes(runsc.target.root)
     kill_stopped_sandbox(pids)
-
-    def exited() -> None:
-        assert on_exited is not None
+    if on_exited is not None:
+        # Waited for before the first delete, not beside it: the deletes are
+        # bookkeeping that `on_exited` may hold back while the next actor boots.
         with phase("sandbox.exit"):
             running = wait_exited(pids, EXIT_WAIT)
         if not running:
             on_exited()
-
-    for i, name in enumerate(runsc_ids):
+    for name in runsc_ids:
         with phase("runsc.delete", container=runsc.log_names.get(name, name)):
-            runsc.delete(name, meanwhile=exited if i == 0 and on_exited is not None else None)
+            runsc.delete(name)
 
 
 def _stop_and_delete(runsc: Runsc, runsc_ids: Sequence[str], grace: float) -> None:

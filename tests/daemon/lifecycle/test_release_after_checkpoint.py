@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from ateom.daemon.calls.requests import (
     RestoreRequest,
     TerminateRequest,
 )
+from ateom.daemon.lifecycle import release
 from ateom.daemon.sandbox import teardown
 from ateom.process.exits import alive
 from tests.daemon.gpus.world import GpuWorld
@@ -49,14 +51,21 @@ def test_the_answer_comes_before_the_release_and_the_actor_waits_out_its_release
 
 
 def test_a_restore_right_after_its_checkpoint_waits_for_the_old_sandbox(
-        make_world) -> None:  # type: ignore[no-untyped-def]
+        make_world, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # The old sandbox's release lets the starts in flight go first, and this
+    # restore is one, waiting for that release: set aside, it does not hold it.
+    monkeypatch.setattr(release, "START_YIELD_LIMIT", 60.0)
     w = make_world()
     w.service.run_workload(w.run("c2"))
     w.fake.slow("delete c2_pause")
     _checkpoint(w, "c2")
     dirs = w.dirs("c2")
     os.rename(dirs.checkpoint_dir, dirs.restore_dir)
-    w.service.restore_workload(RestoreRequest(actor=ActorRef("c2"), dirs=dirs))
+    restore = threading.Thread(target=w.service.restore_workload,
+                               args=(RestoreRequest(actor=ActorRef("c2"), dirs=dirs),))
+    restore.start()
+    restore.join(30)
+    assert not restore.is_alive(), "the restore and its own old release waited for each other"
     commands = w.fake.commands()
     # The old sandbox was deleted before the new one was restored under its id.
     assert commands.index("delete c2_pause") < commands.index("restore c2_pause")
@@ -135,3 +144,30 @@ def test_the_gpus_stay_booked_until_the_sandbox_exited_and_go_before_the_release
     assert a_phase is Phase.RELEASING  # its delete still held: the rest of its release
     gate.touch()
     assert w.service.actors.settle(20) and w.service.actors.get("a") is None
+
+
+def test_the_rest_of_a_release_waits_until_the_run_that_took_its_slot_has_booted(
+        make_world, sandbox_of_a, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # a's runsc deletes are bookkeeping: run beside b's boot they took its cores.
+    w = make_world(max_actors=1)
+    w.service.run_workload(w.run("a"))
+    _checkpoint(w, "a")
+    gate = tmp_path / "let-b-start-finish"
+    w.fake.hold("start b_pause", gate)
+    thread, seen = _run_in_thread(w, w.run("b"))
+    sandbox_of_a.kill()  # a's slot goes to b
+    for _ in range(500):
+        if "start b_pause" in w.fake.commands():
+            break
+        time.sleep(0.01)
+    assert "start b_pause" in w.fake.commands()  # b is booting on a's slot
+    time.sleep(0.3)
+    assert "delete a_pause" not in w.fake.commands()
+    a = w.service.actors.get("a")
+    assert a is not None and a.phase is Phase.RELEASING
+    gate.touch()
+    thread.join(20)
+    assert seen, "b's Run never answered"
+    assert w.service.actors.settle(20) and w.service.actors.get("a") is None
+    commands = w.fake.commands()
+    assert commands.index("start b_pause") < commands.index("delete a_pause")

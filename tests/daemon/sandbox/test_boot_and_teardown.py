@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import subprocess
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -58,10 +57,8 @@ class RecordingRunsc:
     def status(self, name: str) -> str:
         return "stopped"
 
-    def delete(self, name: str, *, meanwhile: Callable[[], None] | None = None) -> None:
+    def delete(self, name: str) -> None:
         self.calls.append(f"delete {name}")
-        if meanwhile is not None:  # as the reaper runs it: once the delete is spawned
-            meanwhile()
 
 
 def _plan(name: str, *, root: bool) -> ContainerPlan:
@@ -119,7 +116,7 @@ def test_teardown_right_after_a_checkpoint_asks_no_list_and_kills_nothing(
     assert not state.exists()
 
 
-def test_after_a_checkpoint_the_stopped_sandbox_is_killed_before_the_root_delete(
+def test_after_a_checkpoint_the_stopped_sandbox_is_killed_and_gone_before_any_delete(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     sandbox = subprocess.Popen(["sleep", "60"])  # stands in for the checkpointed sandbox
     monkeypatch.setattr(td, "sandbox_processes",
@@ -138,9 +135,25 @@ def test_after_a_checkpoint_the_stopped_sandbox_is_killed_before_the_root_delete
         sandbox.kill()
         sandbox.wait()
     # Killed before runsc delete started (which would only kill it 20-30 ms on);
-    # its GPUs go back once it is gone, while the root's delete runs.
-    assert runsc.calls == [f"kill {[sandbox.pid]}", "delete u__pause", "exited", "delete app"]
+    # its GPUs go back once it is gone, before the deletes (which wait for
+    # on_exited to return: the daemon lets the starts in flight go first there).
+    assert runsc.calls == [f"kill {[sandbox.pid]}", "exited", "delete u__pause", "delete app"]
     assert sandbox.returncode == -9
+
+
+def test_after_a_checkpoint_the_deletes_wait_until_on_exited_returns(tmp_path: Path) -> None:
+    runsc = RecordingRunsc(tmp_path / "state", listed=None)
+    held = threading.Event()
+
+    def on_exited() -> None:
+        runsc.calls.append("exited")
+        assert held.wait(5)  # e.g. a Run booting on the GPUs just given back
+        runsc.calls.append("let go")
+
+    threading.Timer(0.2, held.set).start()
+    td.teardown(runsc, ["u__pause", "app"], grace=0, after_checkpoint=True,  # type: ignore[arg-type]
+                on_exited=on_exited)
+    assert runsc.calls == ["exited", "let go", "delete u__pause", "delete app"]
 
 
 def test_after_a_checkpoint_on_exited_waits_for_a_sandbox_slow_to_exit(

@@ -1,0 +1,101 @@
+"""Releasing an actor: its sandbox torn down, its bundles, GPUs and slot given
+back, the actor unhosted. Terminate and a failed save release inside the call;
+a checkpoint releases after its answer, on a thread of its own, and the GPU
+hand-over happens there.
+
+After a checkpoint, in order:
+1. the stopped sandbox is killed and its exit waited for (`sandbox.exit`);
+2. its GPUs and slot go back (`ActorTable.free`): a Run or Restore waiting for
+   them (`capacity.wait`) goes on now;
+3. the rest (a `runsc delete` per container, the state dir, the bundles) waits
+   until no Run or Restore is in flight (`starts.wait`, at most
+   `START_YIELD_LIMIT`): it is bookkeeping no call waits for, and it took the
+   cores from the next actor's boot (`ateom.daemon.actors.starts`);
+4. the actor leaves the table; a call for it (which waited, `release.wait`)
+   goes on.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import threading
+
+import structlog
+
+from ateom.daemon.actors.hosting import Hosting
+from ateom.daemon.actors.table import Actor, ActorTable, Phase
+from ateom.daemon.calls import answer
+from ateom.daemon.calls.phases import phase
+from ateom.daemon.gpus.lifecycle import GpuActors
+from ateom.daemon.sandbox.teardown import TeardownIncomplete
+
+log = structlog.get_logger("ateom.release")
+
+# How long a checkpointed actor's cleanup lets the starts in flight go first.
+# A Run boots in ~0.1-0.3 s and a 1 GiB restore in ~0.6 s here; a worker that
+# never stops starting still gets its cleanup done after this. Only that
+# actor's own next call waits meanwhile: its GPUs and slot are free already.
+START_YIELD_LIMIT = 5.0
+
+
+class Releases:
+    def __init__(self, hosting: Hosting, gpus: GpuActors, actors: ActorTable) -> None:
+        self.hosting = hosting
+        self.gpus = gpus
+        self.actors = actors
+
+    def release(self, actor: Actor, grace: float, *, after_checkpoint: bool = False) -> None:
+        """Tear the actor's sandbox down (TERM, `grace`, KILL), give its bundles,
+        GPUs and slot back, unhost it. `after_checkpoint`: as the module says."""
+        try:
+            self.hosting.release(actor, grace, after_checkpoint=after_checkpoint,
+                                 on_exited=(lambda: self._hand_over(actor))
+                                 if after_checkpoint else None)
+        finally:
+            self.free(actor)
+            self.actors.remove(actor)
+
+    def free(self, actor: Actor) -> None:
+        """Give the actor's GPUs and slot back (again: a no-op)."""
+        self.gpus.release(actor.ref.actor_uid)
+        self.actors.free(actor)
+
+    def _hand_over(self, actor: Actor) -> None:
+        """The checkpointed sandbox has exited: its GPUs and slot to whoever waits
+        for them; the rest of the release after the starts in flight."""
+        self.free(actor)
+        with phase("starts.wait"):
+            if not self.actors.starts.wait_idle(START_YIELD_LIMIT):
+                log.info("release_no_longer_waits_for_starts", limit_s=START_YIELD_LIMIT)
+
+    def after_checkpoint(self, actor: Actor) -> None:
+        """Answer the checkpoint now; free the worker on a thread of its own.
+
+        The image is complete once runsc checkpoint returns, and the sandbox has
+        stopped. What is left is ateom's bookkeeping, and the wait for a large
+        sandbox to exit (the kernel freeing its memory) was most of the call.
+        Meanwhile the actor is RELEASING: it keeps its slot and its GPUs until
+        its sandbox's processes have exited (killed first thing: milliseconds),
+        and a call that needs them waits for that (`ActorTable.await_releases`,
+        the service's placement); a call for the actor itself waits until it
+        is gone.
+        """
+        actor.phase = Phase.RELEASING
+        bindings = {"actor_uid": actor.ref.actor_uid, "op": "release"}
+
+        def finish() -> None:
+            with structlog.contextvars.bound_contextvars(**bindings), phase("release"):
+                try:
+                    self.release(actor, grace=0, after_checkpoint=True)
+                except TeardownIncomplete as exc:
+                    # The image is whole and the actor unhosted, its GPUs and
+                    # bundles given back: the checkpoint stands. What stayed is
+                    # logged (state_dir_left_behind) for the operator.
+                    log.error("checkpoint_teardown_incomplete", reason=str(exc))
+                except Exception:
+                    log.exception("checkpoint_release_failed")
+
+        # A fresh context: this thread's lines are not the RPC's (its call number).
+        thread = threading.Thread(target=contextvars.Context().run, args=(finish,),
+                                  name=f"release-{actor.ref.actor_uid}", daemon=True)
+        answer.after_answer(thread.start)

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from ateom.process import exits
+from tests.support.exiting_process import main_thread_gone
 
 
 @pytest.fixture(params=["pidfd", "proc"])
@@ -81,3 +82,15 @@ def test_no_pidfd_is_left_open() -> None:
         p.wait()
     assert exits.wait_exited([p.pid], timeout=1) == []
     assert set(os.listdir("/proc/self/fd")) <= before
+
+
+def test_a_process_whose_main_thread_is_gone_is_waited_for_until_its_last_thread(
+        way: str) -> None:
+    # As a checkpointed sandbox exits by itself: the main thread first, then the
+    # rest, which still hold its memory and its files (its device nodes).
+    with main_thread_gone(1.0) as proc:
+        assert exits.alive(proc.pid)
+        started = time.monotonic()
+        assert exits.wait_exited([proc.pid], timeout=10) == []
+        assert time.monotonic() - started > 0.3  # not at the main thread's exit
+        assert not exits.alive(proc.pid)

@@ -26,7 +26,7 @@ from ateom.daemon.bundles.store import BundleStore
 from ateom.daemon.calls.phases import phase
 from ateom.daemon.sandbox.boot import Sandbox, boot
 from ateom.daemon.sandbox.state_dir import remove_state_dir
-from ateom.daemon.sandbox.teardown import kill_sandbox_processes, teardown
+from ateom.daemon.sandbox.teardown import StoppedSandbox, kill_sandbox_processes, teardown
 from ateom.process.reaper import Reaper
 from ateom.runsc.commands import Runsc, RunscTarget, sandbox_root_id
 from ateom.runsc.probe import RunscInfo
@@ -129,17 +129,17 @@ class Hosting:
 
         self.reaper.watch(pid, exited)
 
-    def release(self, actor: Actor, grace: float, *, after_checkpoint: bool = False,
+    def release(self, actor: Actor, grace: float, *, stopped: StoppedSandbox | None = None,
                 on_exited: Callable[[], None] | None = None) -> None:
         """Tear the sandbox down (TERM, `grace`, KILL) and give its bundles back.
-        `after_checkpoint`: runsc checkpoint has just stopped every container;
-        `on_exited`: as for `teardown`."""
+        `stopped`: runsc checkpoint has just stopped every container, these are
+        its processes; `on_exited`: as for `teardown`."""
         sandbox = actor.sandbox
         if sandbox is None:
             return
         try:
-            teardown(sandbox.runsc, sandbox.plan.runsc_ids, grace,
-                     after_checkpoint=after_checkpoint, on_exited=on_exited)
+            teardown(sandbox.runsc, sandbox.plan.runsc_ids, grace, stopped=stopped,
+                     on_exited=on_exited)
         finally:
             with phase("bundles.give_back"):
                 self.store.give_back(actor.ref.actor_uid, sandbox.applied)

@@ -4,7 +4,8 @@ a checkpoint releases after its answer, on a thread of its own, and the GPU
 hand-over happens there.
 
 After a checkpoint, in order:
-1. the stopped sandbox is killed and its exit waited for (`sandbox.exit`);
+1. the stopped sandbox is killed (in the call, before its answer:
+   `StoppedSandbox`) and its exit waited for (`sandbox.exit`);
 2. its GPUs and slot go back (`ActorTable.free`): a Run or Restore waiting for
    them (`capacity.wait`) goes on now;
 3. the rest (a `runsc delete` per container, the state dir, the bundles) waits
@@ -27,7 +28,7 @@ from ateom.daemon.actors.table import Actor, ActorTable, Phase
 from ateom.daemon.calls import answer
 from ateom.daemon.calls.phases import phase
 from ateom.daemon.gpus.lifecycle import GpuActors
-from ateom.daemon.sandbox.teardown import TeardownIncomplete
+from ateom.daemon.sandbox.teardown import StoppedSandbox, TeardownIncomplete
 
 log = structlog.get_logger("ateom.release")
 
@@ -44,14 +45,18 @@ class Releases:
         self.gpus = gpus
         self.actors = actors
 
-    def release(self, actor: Actor, grace: float, *, after_checkpoint: bool = False) -> None:
+    def release(self, actor: Actor, grace: float, *,
+                stopped: StoppedSandbox | None = None) -> None:
         """Tear the actor's sandbox down (TERM, `grace`, KILL), give its bundles,
-        GPUs and slot back, unhost it. `after_checkpoint`: as the module says."""
+        GPUs and slot back, unhost it. `stopped`: after a checkpoint, its
+        sandbox's processes (as the module says)."""
         try:
-            self.hosting.release(actor, grace, after_checkpoint=after_checkpoint,
+            self.hosting.release(actor, grace, stopped=stopped,
                                  on_exited=(lambda: self._hand_over(actor))
-                                 if after_checkpoint else None)
+                                 if stopped is not None else None)
         finally:
+            if stopped is not None:
+                stopped.close()
             self.free(actor)
             self.actors.remove(actor)
 
@@ -68,8 +73,9 @@ class Releases:
             if not self.actors.starts.wait_idle(START_YIELD_LIMIT):
                 log.info("release_no_longer_waits_for_starts", limit_s=START_YIELD_LIMIT)
 
-    def after_checkpoint(self, actor: Actor) -> None:
-        """Answer the checkpoint now; free the worker on a thread of its own.
+    def after_checkpoint(self, actor: Actor, stopped: StoppedSandbox) -> None:
+        """Kill the stopped sandbox (`stopped`) and answer the checkpoint now;
+        free the worker on a thread of its own.
 
         The image is complete once runsc checkpoint returns, and the sandbox has
         stopped. What is left is ateom's bookkeeping, and the wait for a large
@@ -80,13 +86,14 @@ class Releases:
         the service's placement); a call for the actor itself waits until it
         is gone.
         """
+        stopped.kill()
         actor.phase = Phase.RELEASING
         bindings = {"actor_uid": actor.ref.actor_uid, "op": "release"}
 
         def finish() -> None:
             with structlog.contextvars.bound_contextvars(**bindings), phase("release"):
                 try:
-                    self.release(actor, grace=0, after_checkpoint=True)
+                    self.release(actor, grace=0, stopped=stopped)
                 except TeardownIncomplete as exc:
                     # The image is whole and the actor unhosted, its GPUs and
                     # bundles given back: the checkpoint stands. What stayed is

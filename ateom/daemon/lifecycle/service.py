@@ -9,7 +9,10 @@ The parts, one job each: `admission` (draining, calls in flight), `actors`
 (the hosting table and the state machine), `plan` (what each bundle
 becomes), `bundle_store` (ateom's config in, the node agent's back),
 `hosting` (bundles + runsc, all or nothing), `sandbox` (runsc boot and
-teardown), `checkpoint`, `stats`. Operators' questions are `inspect`'s. The
+teardown), `release` (an actor given back; after a checkpoint on a thread
+of its own: the GPU hand-over), `starts` (Run/Restore calls in flight,
+which that release lets go first), `checkpoint`, `stats`. Operators'
+questions are `inspect`'s. The
 gRPC servicer (`ateom.daemon.rpc.server`) only translates to and from this
 object; tests drive it directly.
 """
@@ -19,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import structlog
 
@@ -54,6 +57,7 @@ from ateom.daemon.lifecycle.config import DaemonConfig
 from ateom.daemon.lifecycle.release import Releases
 from ateom.daemon.sandbox import save
 from ateom.daemon.sandbox.janitor import LogJanitor
+from ateom.daemon.sandbox.teardown import StoppedSandbox
 from ateom.errors import AteomError, ErrorCode, quote
 from ateom.gpuinfo.nvidia_ctk import SpecGenerator
 from ateom.gpuinfo.placement import PlacementRefused, PlacementSnapshot
@@ -224,29 +228,39 @@ class AteomService:
                 image = req.dirs.checkpoint_dir
                 with phase("image.prepare"):
                     save.make_image_dir(image)
+                assert actor.sandbox is not None
+                stopped = StoppedSandbox(actor.sandbox.runsc.target.root)
                 try:
-                    files = self._save(actor, image, gpu)
+                    files = self._save(actor, image, gpu, meanwhile=stopped.hold)
                 except save.SaveRefused:
+                    stopped.close()
                     raise  # the actor keeps running, hosted as before
                 except BaseException as exc:
+                    stopped.close()
                     self.releases.release(actor, grace=0)
                     raise _terminated_by_failed_checkpoint(uid, exc) from exc
-                self.releases.after_checkpoint(actor)
+                self.releases.after_checkpoint(actor, stopped)
                 log.info("actor_checkpointed", files=list(files), gpu=gpu is not None)
                 return CheckpointResult(files)
 
-    def _save(self, actor: Actor, image: str, gpu: GpuSave | None) -> tuple[str, ...]:
+    def _save(self, actor: Actor, image: str, gpu: GpuSave | None, *,
+              meanwhile: Callable[[], None]) -> tuple[str, ...]:
         """runsc checkpoint (through cuda-checkpoint for a GPU actor, its record
-        written meanwhile)."""
+        written meanwhile); `meanwhile` runs while runsc saves."""
         sandbox, uid = actor.sandbox, actor.ref.actor_uid
         assert sandbox is not None
         if gpu is None:
-            return save.save(sandbox, image, uid)
-        return compat_record.save_with_record(
-            lambda meanwhile: save.save(sandbox, image, uid, flags=gpu.flags,
-                                        phase_name="cuda-checkpoint", meanwhile=meanwhile,
-                                        timeout=self.config.gpu.cuda_checkpoint_timeout),
-            image, gpu.record, beneath=self.config.actors_root)
+            return save.save(sandbox, image, uid, meanwhile=meanwhile)
+
+        def saving(stage_record: Callable[[], None]) -> tuple[str, ...]:
+            def during() -> None:
+                stage_record()  # first: its fsync is what takes time
+                meanwhile()
+            return save.save(sandbox, image, uid, flags=gpu.flags, phase_name="cuda-checkpoint",
+                             meanwhile=during, timeout=self.config.gpu.cuda_checkpoint_timeout)
+
+        return compat_record.save_with_record(saving, image, gpu.record,
+                                              beneath=self.config.actors_root)
 
     def terminate_workload(self, req: TerminateRequest) -> None:
         uid = req.actor.actor_uid

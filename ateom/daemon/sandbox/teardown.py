@@ -20,7 +20,7 @@ import structlog
 from ateom.daemon.calls.phases import phase
 from ateom.daemon.sandbox.state_dir import remove_state_dir
 from ateom.errors import AteomError, ErrorCode
-from ateom.process.exits import wait_exited
+from ateom.process.exits import HeldProcesses, wait_exited
 from ateom.runsc.commands import Runsc
 
 log = structlog.get_logger("ateom.sandbox")
@@ -44,16 +44,32 @@ def sandbox_processes(root: str) -> list[int]:
     marker = f"--root={root}".encode()
     found = []
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                args = f.read().split(b"\0")
-        except OSError:
-            continue
-        if marker in args:
+        if entry.isdigit() and marker in _cmdline(entry):
             found.append(int(entry))
     return found
+
+
+def _cmdline(pid: str) -> list[bytes]:
+    """A process's argv; empty for a kernel thread or a process gone.
+
+    A sandbox exiting by itself (as runsc 20260817's does once checkpointed)
+    loses its main thread first: a zombie leader whose other threads are still
+    tearing its memory down, and still holding its files. The leader's cmdline
+    reads empty then; a thread still running reads it.
+    """
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            args = f.read()
+        if not args:  # a kernel thread, or a process whose main thread is gone
+            threads = [t for t in os.listdir(f"/proc/{pid}/task") if t != pid]
+            if not threads:
+                return []
+            with open(f"/proc/{pid}/task/{threads[0]}/cmdline", "rb") as f:
+                args = f.read()
+    except OSError:
+        return []
+    return args.split(b"\0")
+    return []
 
 
 def _stop(runsc: Runsc, ordered: Sequence[str], grace: float) -> None:
@@ -77,17 +93,62 @@ def _sigkill(pids: Sequence[int]) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
-def kill_stopped_sandbox(pids: Sequence[int]) -> None:
-    """SIGKILL a checkpointed sandbox's processes (`pids`, just listed).
+class StoppedSandbox:
+    """A sandbox being checkpointed: its processes listed and held while runsc
+    saves it (`hold`, the save's ``meanwhile``), killed the moment the save has
+    returned (`kill`, before the answer), waited for by its release (`teardown`).
 
-    Once runsc checkpoint has returned, the image is whole and every container
-    stopped: what the sandbox and its gofer have left is their exit, which they
-    take 5-50 ms to reach by themselves and which the root's `runsc delete`
-    forces (SIGKILL) only once that runsc has started and loaded its state,
-    20-30 ms on. A GPU hand-over waits for that exit (the next actor gets the
-    GPUs then): killed now, they are gone within the kernel's teardown, 0.1-6 ms
-    (docs/performance.md, "GPU hand-over")."""
-    _sigkill(pids)
+    Listed while runsc saves, not after: once runsc checkpoint has returned, the
+    sandbox is often exiting by itself already (release-20260817: its main
+    thread gone, a zombie whose other threads are still tearing its memory down
+    and still hold its files, the device nodes among them; 15-30 ms from the
+    save's return to its last thread's exit on the 2-core VM, the same with or
+    without a kill). Held by pidfd from before that, it is waited for until its
+    last thread has gone (a pidfd turns readable only then): its GPUs are not
+    handed over while it still has them open. Held, the kill never reaches a
+    process that took a freed pid meanwhile. The kill ends what would not exit
+    by itself (the root's gofer waits for `runsc delete` otherwise); the scan of
+    /proc (~1.5 ms) is off the call's path.
+
+    Where pidfds cannot be had, `kill` lists them itself, by pid, right before
+    it signals them (`sandbox_processes` sees a process whose main thread is
+    gone through its other threads).
+    """
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+        self._held: HeldProcesses | None = None
+        self._pids: list[int] = []  # by pid, where pidfds cannot be had
+        self.killed = False
+
+    def hold(self) -> None:
+        """List the sandbox's processes and hold them (reads /proc). Never raises:
+        it runs beside a save that must not fail for it; `kill` lists them then."""
+        try:
+            self._held = HeldProcesses.open(sandbox_processes(self.root))
+        except OSError as exc:
+            log.warning("sandbox_processes_not_held", root=self.root, error=str(exc))
+
+    def kill(self) -> None:
+        """SIGKILL them (once; listed now, by pid, when `hold` held none)."""
+        if self.killed:
+            return
+        self.killed = True
+        if self._held is not None:
+            self._held.kill()
+        else:
+            self._pids = sandbox_processes(self.root)
+            _sigkill(self._pids)
+
+    def wait_exited(self, timeout: float) -> list[int]:
+        """Wait up to `timeout` s until they have all exited; the pids still running."""
+        if self._held is not None:
+            return self._held.wait(timeout)
+        return wait_exited(self._pids, timeout)
+
+    def close(self) -> None:
+        if self._held is not None:
+            self._held.close()
 
 
 def kill_sandbox_processes(root: str) -> None:
@@ -100,17 +161,18 @@ def kill_sandbox_processes(root: str) -> None:
 
 
 def teardown(runsc: Runsc, runsc_ids: Sequence[str], grace: float, *,
-             after_checkpoint: bool = False,
+             stopped: StoppedSandbox | None = None,
              on_exited: Callable[[], None] | None = None) -> None:
     """Stop and delete apps then the sandbox root; clean the state dir.
 
     Skips what `runsc list` no longer shows; containers runsc lists that
-    `runsc_ids` does not name are killed and deleted too. `after_checkpoint`:
-    runsc checkpoint has just stopped every container, so neither a list nor
-    a kill is asked; each is still deleted, the root first (a sub-container's
-    delete removes its rootfs overlay's ``.gvisor.filestore.*`` file, which a
-    later start or restore of the bundle refuses to find there).
-    The stopped sandbox's processes are killed first (`kill_stopped_sandbox`).
+    `runsc_ids` does not name are killed and deleted too. `stopped` (after a
+    checkpoint): runsc checkpoint has just stopped every container, so neither
+    a list nor a runsc kill is asked; its processes are killed (if they were
+    not yet) and each container is still deleted, the root first (a
+    sub-container's delete removes its rootfs overlay's
+    ``.gvisor.filestore.*`` file, which a later start or restore of the bundle
+    refuses to find there); `stopped` is closed once done with.
     `on_exited` (after a checkpoint only): called on this thread as soon as
     every process of the sandbox has exited, before any delete: from then on
     no process of the actor holds a device, so its GPUs can go to another
@@ -124,8 +186,8 @@ def teardown(runsc: Runsc, runsc_ids: Sequence[str], grace: float, *,
     left: list[str] = []
     with phase("teardown"):
         try:
-            if after_checkpoint:
-                _delete_checkpointed(runsc, runsc_ids, on_exited)
+            if stopped is not None:
+                _delete_checkpointed(runsc, runsc_ids, stopped, on_exited)
             else:
                 _stop_and_delete(runsc, runsc_ids, grace)
         finally:
@@ -138,18 +200,19 @@ def teardown(runsc: Runsc, runsc_ids: Sequence[str], grace: float, *,
                                  f" runsc state dir: {'; '.join(left[:5])}")
 
 
-def _delete_checkpointed(runsc: Runsc, runsc_ids: Sequence[str],
+def _delete_checkpointed(runsc: Runsc, runsc_ids: Sequence[str], stopped: StoppedSandbox,
                          on_exited: Callable[[], None] | None) -> None:
-    # Listed before the first delete: that runsc runs with the actor's --root too.
-    pids = sandbox_processes(runsc.target.root)
-    kill_stopped_sandbox(pids)
-    if on_exited is not None:
-        # Waited for before the first delete, not beside it: the deletes are
-        # bookkeeping that `on_exited` may hold back while the next actor boots.
-        with phase("sandbox.exit"):
-            running = wait_exited(pids, EXIT_WAIT)
-        if not running:
-            on_exited()
+    try:
+        stopped.kill()  # before the first delete: that runsc runs with the actor's --root too
+        if on_exited is not None:
+            # Waited for before the first delete, not beside it: the deletes are
+            # bookkeeping that `on_exited` may hold back while the next actor boots.
+            with phase("sandbox.exit"):
+                running = stopped.wait_exited(EXIT_WAIT)
+            if not running:
+                on_exited()
+    finally:
+        stopped.close()
     for name in runsc_ids:
         with phase("runsc.delete", container=runsc.log_names.get(name, name)):
             runsc.delete(name)

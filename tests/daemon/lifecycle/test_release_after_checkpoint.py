@@ -12,12 +12,13 @@ import os
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from ateom.daemon.actors.table import Phase
+from ateom.daemon.calls import answer
 from ateom.daemon.calls.requests import (
     ActorRef,
     CheckpointRequest,
@@ -27,6 +28,7 @@ from ateom.daemon.calls.requests import (
 )
 from ateom.daemon.lifecycle import release
 from ateom.daemon.sandbox import teardown
+from ateom.errors import AteomError
 from ateom.process.exits import alive
 from tests.daemon.gpus.world import GpuWorld
 
@@ -82,9 +84,8 @@ def sandbox_of_a(monkeypatch: pytest.MonkeyPatch) -> Iterator[subprocess.Popen[b
     real = teardown.sandbox_processes
     monkeypatch.setattr(teardown, "sandbox_processes", lambda root: (
         [proc.pid] if Path(root).name == "a" and alive(proc.pid) else real(root)))
-    real_kill = teardown.kill_stopped_sandbox
-    monkeypatch.setattr(teardown, "kill_stopped_sandbox",
-                        lambda pids: real_kill([p for p in pids if p != proc.pid]))
+    # The fake runsc starts no sandbox: a's only "process" is this one, which outlives the kill.
+    monkeypatch.setattr(teardown.StoppedSandbox, "kill", lambda self: None)
     try:
         yield proc
     finally:
@@ -171,3 +172,43 @@ def test_the_rest_of_a_release_waits_until_the_run_that_took_its_slot_has_booted
     assert w.service.actors.settle(20) and w.service.actors.get("a") is None
     commands = w.fake.commands()
     assert commands.index("start b_pause") < commands.index("delete a_pause")
+
+
+def test_the_stopped_sandbox_is_killed_before_the_checkpoint_answers(
+        make_world, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    w = make_world()
+    w.service.run_workload(w.run("k"))
+    sandbox = subprocess.Popen(["sleep", "60"])  # listed as k's sandbox while it runs
+    real = teardown.sandbox_processes
+    monkeypatch.setattr(teardown, "sandbox_processes", lambda root: (
+        [sandbox.pid] if Path(root).name == "k" and alive(sandbox.pid) else real(root)))
+    later: list[Callable[[], None]] = []
+    monkeypatch.setattr(answer, "after_answer", later.append)  # the release waits for us
+    try:
+        _checkpoint(w, "k")
+        assert sandbox.wait(5) == -9  # killed in the call, not by its release
+    finally:
+        sandbox.kill()
+        sandbox.wait()
+    for start in later:
+        start()
+    assert w.service.actors.settle(20) and w.service.actors.get("k") is None
+
+
+def test_a_refused_save_kills_nothing(make_world, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    w = make_world()
+    w.service.run_workload(w.run("r"))
+    sandbox = subprocess.Popen(["sleep", "60"])
+    real = teardown.sandbox_processes
+    monkeypatch.setattr(teardown, "sandbox_processes", lambda root: (
+        [sandbox.pid] if Path(root).name == "r" and alive(sandbox.pid) else real(root)))
+    w.fake.fail("checkpoint r_pause")  # runsc refuses, the sandbox still runs
+    try:
+        with pytest.raises(AteomError, match="keeps running"):
+            _checkpoint(w, "r")
+        assert sandbox.poll() is None  # listed while runsc tried, not killed
+        actor = w.service.actors.get("r")
+        assert actor is not None and actor.phase is Phase.RUNNING
+    finally:
+        sandbox.kill()
+        sandbox.wait()

@@ -4,6 +4,7 @@ without a daemon around them."""
 
 from __future__ import annotations
 
+import errno
 import subprocess
 import threading
 from dataclasses import dataclass, field
@@ -15,7 +16,9 @@ import ateom.daemon.sandbox.teardown as td  # not `teardown`: pytest would call 
 from ateom.daemon.bundles.plan import ContainerPlan, SandboxPlan
 from ateom.daemon.sandbox.boot import Sandbox, boot
 from ateom.daemon.sandbox.teardown import TeardownIncomplete
+from ateom.process import exits
 from ateom.process.exits import alive
+from tests.support.exiting_process import main_thread_gone
 
 
 @dataclass
@@ -111,7 +114,8 @@ def test_teardown_right_after_a_checkpoint_asks_no_list_and_kills_nothing(
     state.mkdir()
     (state / "app.state").write_text("stopped")
     runsc = RecordingRunsc(state, listed=None)
-    td.teardown(runsc, ["u__pause", "app"], grace=0, after_checkpoint=True)  # type: ignore[arg-type]
+    td.teardown(runsc, ["u__pause", "app"], grace=0,  # type: ignore[arg-type]
+                stopped=td.StoppedSandbox(str(state)))
     assert runsc.calls == ["delete u__pause", "delete app"]
     assert not state.exists()
 
@@ -122,23 +126,65 @@ def test_after_a_checkpoint_the_stopped_sandbox_is_killed_and_gone_before_any_de
     monkeypatch.setattr(td, "sandbox_processes",
                         lambda root: [sandbox.pid] if alive(sandbox.pid) else [])
     runsc = RecordingRunsc(tmp_path / "state", listed=None)
-    real_kill = td.kill_stopped_sandbox
-
-    def kill(pids: list[int]) -> None:
-        runsc.calls.append(f"kill {pids}")
-        real_kill(pids)
-    monkeypatch.setattr(td, "kill_stopped_sandbox", kill)
+    stopped = td.StoppedSandbox(str(tmp_path / "state"))
+    stopped.hold()  # as while runsc saved it
     try:
-        td.teardown(runsc, ["u__pause", "app"], grace=0, after_checkpoint=True,  # type: ignore[arg-type]
-                    on_exited=lambda: runsc.calls.append("exited"))
+        td.teardown(runsc, ["u__pause", "app"], grace=0, stopped=stopped,  # type: ignore[arg-type]
+                    on_exited=lambda: runsc.calls.append(f"exited {sandbox.poll()}"))
     finally:
         sandbox.kill()
         sandbox.wait()
-    # Killed before runsc delete started (which would only kill it 20-30 ms on);
-    # its GPUs go back once it is gone, before the deletes (which wait for
-    # on_exited to return: the daemon lets the starts in flight go first there).
-    assert runsc.calls == [f"kill {[sandbox.pid]}", "exited", "delete u__pause", "delete app"]
-    assert sandbox.returncode == -9
+    # Killed (here by the teardown: nobody had yet) before runsc delete started
+    # (which would only kill it 20-30 ms on); its GPUs go back once it is gone,
+    # before the deletes (which wait for on_exited to return: the daemon lets
+    # the starts in flight go first there).
+    assert runsc.calls == ["exited -9", "delete u__pause", "delete app"]
+
+
+@pytest.fixture(params=["pidfd", "proc"])
+def pidfds(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    if request.param == "proc":  # as under a seccomp profile that refuses pidfd_open
+        def refused(pid: int, flags: int = 0) -> int:
+            raise OSError(errno.ENOSYS, "pidfd_open")
+        monkeypatch.setattr(exits.os, "pidfd_open", refused)
+    return str(request.param)
+
+
+def test_a_stopped_sandbox_held_while_it_was_saved_is_killed_and_waited_for(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pidfds: str) -> None:
+    sandbox, runsc_checkpoint = subprocess.Popen(["sleep", "60"]), subprocess.Popen(["true"])
+    listed = [sandbox.pid, runsc_checkpoint.pid]  # runsc checkpoint runs with --root too
+    monkeypatch.setattr(td, "sandbox_processes",
+                        lambda root: [p for p in listed if alive(p)])
+    stopped = td.StoppedSandbox(str(tmp_path / "state"))
+    try:
+        stopped.hold()
+        runsc_checkpoint.wait()  # it exits, and is reaped, before the kill
+        stopped.kill()
+        stopped.kill()  # once: a second is nothing
+        assert stopped.wait_exited(5) == []
+        assert sandbox.wait(5) == -9
+    finally:
+        stopped.close()
+        sandbox.kill()
+        sandbox.wait()
+
+
+def test_holding_a_stopped_sandbox_never_fails_the_save_beside_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def unreadable(root: str) -> list[int]:
+        raise OSError(24, "Too many open files")
+    monkeypatch.setattr(td, "sandbox_processes", unreadable)
+    stopped = td.StoppedSandbox(str(tmp_path / "state"))
+    stopped.hold()  # logs, holds nothing
+    sandbox = subprocess.Popen(["sleep", "60"])
+    monkeypatch.setattr(td, "sandbox_processes", lambda root: [sandbox.pid])
+    try:
+        stopped.kill()  # lists them itself then
+        assert sandbox.wait(5) == -9
+    finally:
+        sandbox.kill()
+        sandbox.wait()
 
 
 def test_after_a_checkpoint_the_deletes_wait_until_on_exited_returns(tmp_path: Path) -> None:
@@ -151,8 +197,8 @@ def test_after_a_checkpoint_the_deletes_wait_until_on_exited_returns(tmp_path: P
         runsc.calls.append("let go")
 
     threading.Timer(0.2, held.set).start()
-    td.teardown(runsc, ["u__pause", "app"], grace=0, after_checkpoint=True,  # type: ignore[arg-type]
-                on_exited=on_exited)
+    td.teardown(runsc, ["u__pause", "app"], grace=0,  # type: ignore[arg-type]
+                stopped=td.StoppedSandbox(str(tmp_path / "state")), on_exited=on_exited)
     assert runsc.calls == ["exited", "let go", "delete u__pause", "delete app"]
 
 
@@ -163,12 +209,14 @@ def test_after_a_checkpoint_on_exited_waits_for_a_sandbox_slow_to_exit(
     sandbox = subprocess.Popen(["sleep", "60"])
     monkeypatch.setattr(td, "sandbox_processes",
                         lambda root: [sandbox.pid] if alive(sandbox.pid) else [])
-    monkeypatch.setattr(td, "kill_stopped_sandbox", lambda pids: None)
+    monkeypatch.setattr(td.StoppedSandbox, "kill", lambda self: None)
     threading.Timer(0.2, sandbox.kill).start()
     runsc = RecordingRunsc(tmp_path / "state", listed=None)
     exited_after: list[bool] = []
+    stopped = td.StoppedSandbox(str(tmp_path / "state"))
+    stopped.hold()
     try:
-        td.teardown(runsc, ["u__pause", "app"], grace=0, after_checkpoint=True,  # type: ignore[arg-type]
+        td.teardown(runsc, ["u__pause", "app"], grace=0, stopped=stopped,  # type: ignore[arg-type]
                     on_exited=lambda: exited_after.append(not alive(sandbox.pid)))
     finally:
         sandbox.wait()
@@ -181,11 +229,13 @@ def test_after_a_checkpoint_a_sandbox_that_does_not_exit_is_killed_and_on_exited
     sandbox = subprocess.Popen(["sleep", "60"])
     monkeypatch.setattr(td, "sandbox_processes",
                         lambda root: [sandbox.pid] if alive(sandbox.pid) else [])
-    monkeypatch.setattr(td, "kill_stopped_sandbox", lambda pids: None)  # stuck in the kernel
+    monkeypatch.setattr(td.StoppedSandbox, "kill", lambda self: None)  # stuck in the kernel
     monkeypatch.setattr(td, "EXIT_WAIT", 0.2)
     runsc = RecordingRunsc(tmp_path / "state", listed=None)
+    stopped = td.StoppedSandbox(str(tmp_path / "state"))
+    stopped.hold()
     try:
-        td.teardown(runsc, ["u__pause"], grace=0, after_checkpoint=True,  # type: ignore[arg-type]
+        td.teardown(runsc, ["u__pause"], grace=0, stopped=stopped,  # type: ignore[arg-type]
                     on_exited=lambda: runsc.calls.append("exited"))
         assert not alive(sandbox.pid)  # killed by the teardown's last step
     finally:
@@ -202,3 +252,23 @@ def test_teardown_names_what_it_left_behind(tmp_path: Path,
     with pytest.raises(TeardownIncomplete, match="runsc.sock: busy") as err:
         td.teardown(runsc, ["u__pause"], grace=0)  # type: ignore[arg-type]
     assert err.value.code.name == "INTERNAL"
+
+
+def test_a_sandbox_exiting_by_itself_is_listed_through_its_threads(tmp_path: Path) -> None:
+    root = str(tmp_path / "state")
+    with main_thread_gone(5.0, [f"--root={root}"]) as proc:
+        assert td.sandbox_processes(root) == [proc.pid]  # its own cmdline reads empty now
+
+
+def test_a_sandbox_held_while_saved_is_waited_for_until_its_last_thread_is_gone(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Once runsc checkpoint returns, the sandbox may be exiting by itself already:
+    # its GPUs go back only when its last thread (and its device files) are gone.
+    root = str(tmp_path / "state")
+    monkeypatch.setattr(td.StoppedSandbox, "kill", lambda self: None)  # exits by itself
+    stopped = td.StoppedSandbox(root)
+    runsc = RecordingRunsc(tmp_path / "state", listed=None)
+    with main_thread_gone(1.0, [f"--root={root}"], before=stopped.hold) as proc:
+        td.teardown(runsc, ["u__pause"], grace=0, stopped=stopped,  # type: ignore[arg-type]
+                    on_exited=lambda: runsc.calls.append(f"exited, alive={exits.alive(proc.pid)}"))
+    assert runsc.calls == ["exited, alive=False", "delete u__pause"]

@@ -24,6 +24,7 @@ import json
 import shutil
 import subprocess
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 
 import grpc
@@ -215,15 +216,20 @@ def test_exclusive_placement_through_grpcurl(world: World) -> None:
         assert run("ex-c").returncode == 0
         [c] = [a for a in _status(daemon).actors if a.actor_uid == "ex-c"]
         assert list(c.gpus) == ["nvidia.com/gpu=0"]  # the GPU ex-a freed
-        # Freed once ex-a's real sandbox had exited (woken by its pidfd), before
-        # its runsc deletes, which waited for the starts in flight: not at the
-        # end of ex-a's release.
-        events = [e for e in daemon.log_events() if e.get("actor_uid") == "ex-a"]
+        # Yielded in ex-a's checkpoint call, its sandbox killed; ex-c's app (the
+        # GPU) created only once that real sandbox had exited (woken by its
+        # pidfd); ex-a's runsc deletes after that, once no start was in flight.
+        logged = daemon.log_events()
+        events = [e for e in logged if e.get("actor_uid") == "ex-a"]
+        [freed] = [e for e in events if e.get("event") == "gpus_released"]
+        assert freed["op"] == "checkpoint" and freed["gpus"] == ["nvidia.com/gpu=0"]
         [exited] = [e for e in events if e.get("phase") == "sandbox.exit"
                     and e.get("event") == "phase"]
         assert exited["outcome"] == "ok" and exited["parent"] == "teardown"
-        [freed] = [e for e in events if e.get("event") == "gpus_released"]
-        assert freed["phase"] == "teardown" and freed["gpus"] == ["nvidia.com/gpu=0"]
+        [app_created] = [e for e in logged if e.get("actor_uid") == "ex-c"
+                         and e.get("event") == "phase" and e.get("phase") == "runsc.create"
+                         and e.get("container") == "app"]
+        assert _began(app_created) >= _ended(exited)
         released = [e["phase"] for e in events
                     if e.get("event") == "phase" and e.get("op") == "release"]
         assert (released.index("sandbox.exit") < released.index("starts.wait")
@@ -232,3 +238,12 @@ def test_exclusive_placement_through_grpcurl(world: World) -> None:
             daemon.stub.TerminateWorkload(pb.TerminateWorkloadRequest(actor_uid=uid), timeout=60)
     finally:
         _stopped(daemon)
+
+
+def _ended(event: dict[str, object]) -> float:
+    """When a phase line's phase ended (its timestamp: logged at the end), in s."""
+    return datetime.fromisoformat(str(event["timestamp"])).timestamp()
+
+
+def _began(event: dict[str, object]) -> float:
+    return _ended(event) - float(event["duration_ms"]) / 1000  # type: ignore[arg-type]

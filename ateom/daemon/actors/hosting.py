@@ -20,13 +20,14 @@ from typing import Protocol
 
 import structlog
 
-from ateom.daemon.actors.table import Actor, Phase
+from ateom.daemon.actors.table import Actor, ActorTable, Phase
 from ateom.daemon.bundles.plan import ContainerPlan, Injector, SandboxPlan
 from ateom.daemon.bundles.store import BundleStore
 from ateom.daemon.calls.phases import phase
 from ateom.daemon.sandbox.boot import Sandbox, boot
 from ateom.daemon.sandbox.state_dir import remove_state_dir
 from ateom.daemon.sandbox.teardown import StoppedSandbox, kill_sandbox_processes, teardown
+from ateom.errors import AteomError, ErrorCode
 from ateom.process.reaper import Reaper
 from ateom.runsc.commands import Runsc, RunscTarget, sandbox_root_id
 from ateom.runsc.probe import RunscInfo
@@ -50,6 +51,8 @@ class HostingConfig(Protocol):
     def pause_container(self) -> str: ...
     @property
     def gpu(self) -> GpuSettings: ...
+    @property
+    def lock_wait(self) -> float: ...
 
 
 class Hosting:
@@ -105,6 +108,10 @@ class Hosting:
         uid = actor.ref.actor_uid
         root, apps = sandbox.plan.containers[0], sandbox.plan.containers[1:]
         self._apply(uid, sandbox, [root])
+        if image_path is not None or not apps:
+            # A restore's root brings the whole sandbox's memory and GPU state
+            # back; a root without apps is the workload itself.
+            self._await_predecessors(actor)
         failed: list[Exception] = []
 
         def write_apps() -> None:
@@ -117,7 +124,22 @@ class Hosting:
              meanwhile=write_apps if apps else None)
         if failed:
             raise failed[0]
+        self._await_predecessors(actor)
         boot(sandbox, apps, image_path, lambda pid: self._watch(actor, pid))
+
+    def _await_predecessors(self, actor: Actor) -> None:
+        """Wait (`capacity.wait`) until the checkpointed actors whose slot or GPUs
+        this one took have exited: their sandboxes, killed, may still be tearing
+        their memory down and still hold their device files. Only a Run's
+        sandbox root (the pause container: no devices, little memory) boots
+        before (docs/daemon.md, "Checkpoint")."""
+        for predecessor in actor.predecessors:
+            what = (f"actor {actor.ref.actor_uid}: the slot or GPUs of actor"
+                    f" {predecessor.ref.actor_uid}, whose sandbox is still exiting")
+            if not ActorTable.wait_freed(predecessor, self.config.lock_wait, what):
+                raise AteomError(f"{what} after {self.config.lock_wait:g} s",
+                                 code=ErrorCode.UNAVAILABLE)
+        actor.predecessors = []
 
     def _watch(self, actor: Actor, pid: int) -> None:
         actor.sandbox_pid = pid

@@ -88,16 +88,22 @@ class Actor:
     memory_peak_bytes: int = 0
     sandbox: Sandbox | None = None  # set while hosting; None before the plan is made
     # False for a slot held only while a dead daemon's leftovers are cleared,
-    # and for a RELEASING actor once freed (`ActorTable.free`): it keeps calls
-    # for the same uid out, but takes no capacity.
+    # and for a RELEASING actor (`ActorTable.yield_capacity`): it keeps calls
+    # for the same uid out, but takes no slot.
     counted: bool = True
     # Set when the actor has left the table (a RELEASING actor's waiters wake).
     gone: threading.Event = field(default_factory=threading.Event)
-    # Set when it stops taking the worker's capacity (its slot, its GPUs): a
-    # RELEASING actor's as soon as its sandbox's processes have exited, before
-    # it leaves the table (the hand-over: the next actor need not wait for
-    # the rest of the teardown).
+    # Set when nothing of it uses the worker any more: a RELEASING actor's as
+    # soon as every thread of its sandbox's processes has exited, before it
+    # leaves the table (its successors need not wait for the rest of the
+    # teardown).
     freed: threading.Event = field(default_factory=threading.Event)
+    # A RELEASING actor's GPUs, given up when its stopped sandbox was killed
+    # (`ActorTable.yield_capacity`), while that sandbox may still be exiting.
+    yielded_gpus: tuple[str, ...] = ()
+    # Actors still exiting whose slot or GPUs this one took when it was
+    # admitted or placed: its workload starts once they are gone (`hosting`).
+    predecessors: list[Actor] = field(default_factory=list)
 
 
 class ActorTable:
@@ -109,28 +115,24 @@ class ActorTable:
         self.starts = Starts()
 
     def await_releases(self, ref: ActorRef, op: Op, *, max_wait: float) -> None:
-        """Before a Run/Restore is admitted: wait for an actor of the same uid being
-        released, and for one whose release frees the slot this one needs (no
-        longer than `max_wait` in all, nor the caller's deadline). A Restore right
-        after its Checkpoint, or the next actor of a full worker, gets in without
-        a refusal to retry on."""
+        """Before a Run/Restore is admitted: wait for the actor of the same uid
+        being released (no longer than `max_wait`, nor the caller's deadline): a
+        Restore right after its Checkpoint gets in without a refusal to retry on.
+        A RELEASING actor of another uid is in no one's way: its slot and GPUs
+        were yielded when its sandbox was killed (`admit`, `predecessors`)."""
         waited_since = time.monotonic()
         what = f"actor {ref.actor_uid}: {op.value}"
-        while True:
-            releasing = self._releasing_in_the_way(ref.actor_uid)
-            if releasing is None:
-                return
+        while (releasing := self._releasing(ref.actor_uid)) is not None:
             left = max_wait - (time.monotonic() - waited_since)
-            if releasing.ref.actor_uid == ref.actor_uid:
-                with self.starts.set_aside():  # its release may be letting starts go first
-                    waited = self.wait_gone(releasing, left, what)
-            else:  # a slot: free once its sandbox has exited
-                waited = self.wait_freed(releasing, left, what)
-            if not waited:
-                return  # still there: admit's refusal says why
+            with self.starts.set_aside():  # its release may be letting starts go first
+                if not self.wait_gone(releasing, left, what):
+                    return  # still there: admit's refusal says why
 
     def admit(self, ref: ActorRef, op: Op) -> Actor:
-        """Reserve a slot for a new actor (Run/Restore), already locked by the caller's thread."""
+        """Reserve a slot for a new actor (Run/Restore), already locked by the caller's
+        thread. A slot a checkpointed actor yielded is taken at once; when the
+        worker is full but for such slots, the actors still exiting are the new
+        one's `predecessors`."""
         with self._lock:
             current = self._actors.get(ref.actor_uid)
             first = next_phase(current.phase if current else None, op, ref.actor_uid)
@@ -142,9 +144,32 @@ class ActorTable:
                     code=ErrorCode.RESOURCE_EXHAUSTED,
                 )
             actor = Actor(ref=ref, phase=first)
+            dying = self._dying()
+            if hosted + len(dying) >= self.max_actors:
+                actor.predecessors = dying
             actor.lock.acquire()
             self._actors[ref.actor_uid] = actor
             return actor
+
+    def yield_capacity(self, actor: Actor, gpus: tuple[str, ...]) -> None:
+        """A checkpointed actor's stopped sandbox was killed: RELEASING now, its slot
+        (and `gpus`, which the caller gives back after this) may go to the next
+        actor, whose workload waits until it has exited (`predecessors`, `freed`).
+        One step, under the table's lock: a Run in between would find it neither
+        in its way nor yielded."""
+        with self._lock:
+            actor.phase = Phase.RELEASING
+            actor.counted = False
+            actor.yielded_gpus = gpus
+
+    def dying(self) -> list[Actor]:
+        """RELEASING actors whose sandbox has not yet exited."""
+        with self._lock:
+            return self._dying()
+
+    def _dying(self) -> list[Actor]:
+        return [a for a in self._actors.values()
+                if a.phase is Phase.RELEASING and not a.freed.is_set()]
 
     def admit_cleanup(self, ref: ActorRef) -> Actor | None:
         """Hold `uid`'s slot, locked, while what a dead daemon left of it is cleared
@@ -160,17 +185,12 @@ class ActorTable:
     def _counted(self) -> int:
         return sum(1 for a in self._actors.values() if a.counted)
 
-    def _releasing_in_the_way(self, uid: str) -> Actor | None:
-        """The RELEASING actor a new `uid` must wait for: its own predecessor, or
-        (the worker full) one whose release frees a slot; None when none is."""
+    def _releasing(self, uid: str) -> Actor | None:
+        """The actor `uid` while RELEASING; None otherwise."""
         with self._lock:
             current = self._actors.get(uid)
-            if current is not None:
-                return current if current.phase is Phase.RELEASING else None
-            if self._counted() < self.max_actors:
-                return None
-            return next((a for a in self._actors.values()
-                         if a.counted and a.phase is Phase.RELEASING), None)
+            return current if current is not None and current.phase is Phase.RELEASING \
+                else None
 
     def releasing(self) -> list[Actor]:
         with self._lock:
@@ -193,8 +213,8 @@ class ActorTable:
 
     @staticmethod
     def wait_freed(actor: Actor, max_wait: float, what: str) -> bool:
-        """Wait (a ``capacity.wait`` phase) until `actor` takes no capacity (its
-        slot and GPUs given back, `free`), bounded as `wait_gone`."""
+        """Wait (a ``capacity.wait`` phase) until nothing of `actor` uses the worker
+        any more (its sandbox exited, `free`), bounded as `wait_gone`."""
         return _wait(actor.freed, phase("capacity.wait"), max_wait, what)
 
     def free(self, actor: Actor) -> None:

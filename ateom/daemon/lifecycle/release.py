@@ -4,10 +4,15 @@ a checkpoint releases after its answer, on a thread of its own, and the GPU
 hand-over happens there.
 
 After a checkpoint, in order:
-1. the stopped sandbox is killed (in the call, before its answer:
-   `StoppedSandbox`) and its exit waited for (`sandbox.exit`);
-2. its GPUs and slot go back (`ActorTable.free`): a Run or Restore waiting for
-   them (`capacity.wait`) goes on now;
+1. in the call, before its answer: the stopped sandbox is killed
+   (`StoppedSandbox`) and its slot and GPUs are yielded (`_yield`): the next
+   Run or Restore takes them at once, this actor one of its `predecessors`;
+   that Run boots its sandbox root (the pause container: no devices, little
+   memory) while this sandbox exits, and its workload waits for the exit
+   (`capacity.wait`, `Hosting`); a Restore waits before its root;
+2. on a thread of its own: the sandbox's exit waited for (`sandbox.exit`,
+   every thread of it: its device files close with the last), then `freed`:
+   its successors go on;
 3. the rest (a `runsc delete` per container, the state dir, the bundles) waits
    until no Run or Restore is in flight (`starts.wait`, at most
    `START_YIELD_LIMIT`): it is bookkeeping no call waits for, and it took the
@@ -24,7 +29,7 @@ import threading
 import structlog
 
 from ateom.daemon.actors.hosting import Hosting
-from ateom.daemon.actors.table import Actor, ActorTable, Phase
+from ateom.daemon.actors.table import Actor, ActorTable
 from ateom.daemon.calls import answer
 from ateom.daemon.calls.phases import phase
 from ateom.daemon.gpus.lifecycle import GpuActors
@@ -60,34 +65,41 @@ class Releases:
             self.free(actor)
             self.actors.remove(actor)
 
+    def _yield(self, actor: Actor) -> None:
+        """Its sandbox killed: its slot and GPUs to the next actor at once, whose
+        workload waits until this one's sandbox has exited (`predecessors`)."""
+        uid = actor.ref.actor_uid
+        # Named as yielded before the pool lets them go: a Run placed on them
+        # in between must find whom to wait for.
+        self.actors.yield_capacity(actor, self.gpus.pool.held_by(uid))
+        self.gpus.release(uid)
+
     def free(self, actor: Actor) -> None:
         """Give the actor's GPUs and slot back (again: a no-op)."""
         self.gpus.release(actor.ref.actor_uid)
         self.actors.free(actor)
 
     def _hand_over(self, actor: Actor) -> None:
-        """The checkpointed sandbox has exited: its GPUs and slot to whoever waits
-        for them; the rest of the release after the starts in flight."""
+        """The checkpointed sandbox has exited: its successors go on; the rest of
+        the release after the starts in flight."""
         self.free(actor)
         with phase("starts.wait"):
             if not self.actors.starts.wait_idle(START_YIELD_LIMIT):
                 log.info("release_no_longer_waits_for_starts", limit_s=START_YIELD_LIMIT)
 
     def after_checkpoint(self, actor: Actor, stopped: StoppedSandbox) -> None:
-        """Kill the stopped sandbox (`stopped`) and answer the checkpoint now;
-        free the worker on a thread of its own.
+        """Kill the stopped sandbox (`stopped`), yield its slot and GPUs, and
+        answer the checkpoint now; free the worker on a thread of its own.
 
         The image is complete once runsc checkpoint returns, and the sandbox has
         stopped. What is left is ateom's bookkeeping, and the wait for a large
         sandbox to exit (the kernel freeing its memory) was most of the call.
-        Meanwhile the actor is RELEASING: it keeps its slot and its GPUs until
-        its sandbox's processes have exited (killed first thing: milliseconds),
-        and a call that needs them waits for that (`ActorTable.await_releases`,
-        the service's placement); a call for the actor itself waits until it
-        is gone.
+        Meanwhile the actor is RELEASING: the actors that took its slot or GPUs
+        wait for its exit before their workload starts (the module's steps); a
+        call for the actor itself waits until it is gone.
         """
         stopped.kill()
-        actor.phase = Phase.RELEASING
+        self._yield(actor)
         bindings = {"actor_uid": actor.ref.actor_uid, "op": "release"}
 
         def finish() -> None:

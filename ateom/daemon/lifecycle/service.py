@@ -60,7 +60,7 @@ from ateom.daemon.sandbox.janitor import LogJanitor
 from ateom.daemon.sandbox.teardown import StoppedSandbox
 from ateom.errors import AteomError, ErrorCode, quote
 from ateom.gpuinfo.nvidia_ctk import SpecGenerator
-from ateom.gpuinfo.placement import PlacementRefused, PlacementSnapshot
+from ateom.gpuinfo.placement import PlacementSnapshot
 from ateom.process.reaper import Reaper, default_reaper
 from ateom.runsc.commands import RunscError
 from ateom.runsc.probe import PROBE_TIMEOUT, RunscInfo, probe_runsc
@@ -151,7 +151,7 @@ class AteomService:
             if self.bundles.has_records(uid):
                 self.hosting.clean_leftovers(uid, self._leftover_runsc(uid))
             with phase("plan"):
-                view = self._place(uid, req, info, image)
+                view = self._place(actor, req, info, image)
                 self.gpus.check_driver(info, view, op.value)
                 plan = self.planner.plan(uid, req.dirs, req.containers, info, view,
                                          tools=self.gpus.tools(view), cpu_milli=req.cpu_milli,
@@ -167,23 +167,18 @@ class AteomService:
         finally:
             actor.lock.release()
 
-    def _place(self, uid: str, req: RunRequest | RestoreRequest, info: RunscInfo,
+    def _place(self, actor: Actor, req: RunRequest | RestoreRequest, info: RunscInfo,
                image: str | None) -> DeviceView:
-        """The actor's GPUs booked (its device view narrowed to them). GPUs held by
-        actors whose checkpoint was answered are waited for, once: they are given
-        back as soon as those sandboxes' processes have exited (`Releases`), and
-        a hand-over (B's Run right after A's Checkpoint) must not be refused for
-        them."""
-        devices = self.planner.devices(req.containers)
-        try:
-            return self.gpus.place(uid, req, info, devices, image)
-        except PlacementRefused as exc:
-            releasing = self.actors.releasing()
-            if exc.code is not ErrorCode.RESOURCE_EXHAUSTED or not releasing:
-                raise
-        for other in releasing:
-            self.actors.wait_freed(other, self.config.lock_wait, f"actor {uid}: gpus")
-        return self.gpus.place(uid, req, info, devices, image)
+        """The actor's GPUs booked (its device view narrowed to them). GPUs a
+        checkpointed actor yielded are booked at once; while that actor's sandbox
+        is still exiting it is one of this one's `predecessors` (the hand-over:
+        B's Run right after A's Checkpoint boots B's sandbox root meanwhile)."""
+        uid = actor.ref.actor_uid
+        view = self.gpus.place(uid, req, info, self.planner.devices(req.containers), image)
+        booked = set(self.gpus.pool.held_by(uid))
+        actor.predecessors += [d for d in self.actors.dying()
+                               if booked & set(d.yielded_gpus) and d not in actor.predecessors]
+        return view
 
     # -- lifecycle ---------------------------------------------------------------
 

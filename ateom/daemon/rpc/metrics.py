@@ -51,10 +51,10 @@ PHASES = (
     "validate",
     "lock.wait",  # queued behind another call on the same actor
     "release.wait",  # a call for a checkpointed actor waiting until its release is done
-    "capacity.wait",  # a Run/Restore waiting for a checkpointed sandbox's slot or GPUs
+    "capacity.wait",  # a Run/Restore that took a checkpointed actor's slot or GPUs: its exit
     "release",  # after a checkpoint is answered: the sandbox reaped, GPUs freed
     "sandbox.exit",  # in a release: until the checkpointed sandbox's processes exited
-    "starts.wait",  # in a release, its GPUs given back: until no Run/Restore is in flight
+    "starts.wait",  # in a release, its sandbox gone: until no Run/Restore is in flight
     "plan",
     "inject",  # CDI resolution + bundle injection, per container
     "inject.plan",

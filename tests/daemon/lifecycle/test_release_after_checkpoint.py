@@ -30,7 +30,7 @@ from ateom.daemon.lifecycle import release
 from ateom.daemon.sandbox import teardown
 from ateom.errors import AteomError
 from ateom.process.exits import alive
-from tests.daemon.gpus.world import GpuWorld
+from tests.daemon.gpus.world import GpuWorld, restore_actor
 
 
 def _checkpoint(w, uid: str) -> None:  # type: ignore[no-untyped-def]
@@ -126,25 +126,75 @@ def test_a_full_worker_admits_the_next_actor_once_the_checkpointed_sandbox_exite
     assert [x.ref.actor_uid for x in w.service.actors.snapshot()] == ["b"]
 
 
-def test_the_gpus_stay_booked_until_the_sandbox_exited_and_go_before_the_release_ends(
+def test_the_gpus_go_to_the_next_actor_at_once_and_its_app_waits_for_the_sandbox_to_exit(
         tmp_path, sandbox_of_a) -> None:  # type: ignore[no-untyped-def]
     w = GpuWorld(tmp_path)  # exclusive, 4 GPUs
     w.service.run_workload(w.run("a", GpuWish(count=4)))
     gate = tmp_path / "let-a-delete-finish"
     w.fake.hold("delete a_pause", gate)
     _checkpoint(w, "a")
+    a = w.service.actors.get("a")
+    assert a is not None and a.phase is Phase.RELEASING
+    assert set(w.holders().values()) == {()}  # yielded with the answer
     thread, seen = _run_in_thread(w, w.run("b", GpuWish(count=2)))
-    thread.join(0.5)
+    _wait_for(w, "start b_pause")  # b's sandbox root boots while a's sandbox exits
+    assert sorted(w.holders().values()) == [(), (), ("b",), ("b",)]
+    time.sleep(0.3)
     assert thread.is_alive() and not seen
-    assert set(w.holders().values()) == {("a",)}  # answered, its sandbox running: booked
+    assert w.fake.commands().count("create app") == 1  # a's; b's app (the GPUs) waits
     sandbox_of_a.kill()
     thread.join(20)
     assert seen, "b's Run never answered"
+    commands = w.fake.commands()
+    assert commands.count("create app") == 2
+    assert commands.index("start b_pause") < len(commands) - commands[::-1].index("create app")
     holders, a_phase = seen[0]  # type: ignore[misc]
     assert sorted(holders.values()) == [(), (), ("b",), ("b",)]
     assert a_phase is Phase.RELEASING  # its delete still held: the rest of its release
     gate.touch()
     assert w.service.actors.settle(20) and w.service.actors.get("a") is None
+
+
+def test_a_restore_on_yielded_gpus_waits_for_the_sandbox_before_its_root(
+        tmp_path, sandbox_of_a) -> None:  # type: ignore[no-untyped-def]
+    w = GpuWorld(tmp_path)
+    w.service.run_workload(w.run("c", GpuWish(count=1)))
+    _checkpoint(w, "c")  # its record: GPU 0
+    assert w.service.actors.settle(20)
+    dirs = w.dirs("c")
+    os.rename(dirs.checkpoint_dir, dirs.restore_dir)
+    w.service.run_workload(w.run("a", GpuWish(count=4)))
+    _checkpoint(w, "a")
+    restore = threading.Thread(target=restore_actor, args=(w, "c"))
+    restore.start()
+    restore.join(0.5)
+    # A restore's root brings the sandbox's memory (and GPU state) back: nothing
+    # of it is restored before the sandbox whose GPU it took has exited.
+    assert restore.is_alive() and "restore c_pause" not in w.fake.commands()
+    sandbox_of_a.kill()
+    restore.join(20)
+    assert not restore.is_alive() and "restore c_pause" in w.fake.commands()
+    assert w.service.actors.settle(20)
+
+
+def test_an_actor_that_took_nothing_of_a_releasing_one_does_not_wait_for_it(
+        tmp_path, sandbox_of_a) -> None:  # type: ignore[no-untyped-def]
+    w = GpuWorld(tmp_path)  # exclusive, 4 GPUs, 8 slots
+    w.service.run_workload(w.run("a", GpuWish(names=("nvidia.com/gpu=0", "nvidia.com/gpu=1"))))
+    _checkpoint(w, "a")  # its sandbox (the stand-in) keeps exiting until the test ends
+    w.service.run_workload(w.run("b", GpuWish(names=("nvidia.com/gpu=2", "nvidia.com/gpu=3"))))
+    b = w.service.actors.get("b")
+    assert b is not None and b.phase is Phase.RUNNING and sandbox_of_a.poll() is None
+    sandbox_of_a.kill()
+    assert w.service.actors.settle(20)  # no release left running into the next test
+
+
+def _wait_for(w, command: str) -> None:  # type: ignore[no-untyped-def]
+    for _ in range(1000):
+        if command in w.fake.commands():
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"{command} never ran: {w.fake.commands()}")
 
 
 def test_the_rest_of_a_release_waits_until_the_run_that_took_its_slot_has_booted(
@@ -157,11 +207,7 @@ def test_the_rest_of_a_release_waits_until_the_run_that_took_its_slot_has_booted
     w.fake.hold("start b_pause", gate)
     thread, seen = _run_in_thread(w, w.run("b"))
     sandbox_of_a.kill()  # a's slot goes to b
-    for _ in range(500):
-        if "start b_pause" in w.fake.commands():
-            break
-        time.sleep(0.01)
-    assert "start b_pause" in w.fake.commands()  # b is booting on a's slot
+    _wait_for(w, "start b_pause")  # b is booting on a's slot
     time.sleep(0.3)
     assert "delete a_pause" not in w.fake.commands()
     a = w.service.actors.get("a")

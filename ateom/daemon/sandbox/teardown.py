@@ -69,7 +69,6 @@ def _cmdline(pid: str) -> list[bytes]:
     except OSError:
         return []
     return args.split(b"\0")
-    return []
 
 
 def _stop(runsc: Runsc, ordered: Sequence[str], grace: float) -> None:

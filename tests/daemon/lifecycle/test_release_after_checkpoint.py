@@ -8,6 +8,7 @@ process stands in for the sandbox the fake runsc does not start).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import threading
@@ -28,7 +29,7 @@ from ateom.daemon.calls.requests import (
 )
 from ateom.daemon.lifecycle import release
 from ateom.daemon.sandbox import teardown
-from ateom.errors import AteomError
+from ateom.errors import AteomError, ErrorCode
 from ateom.process.exits import alive
 from tests.daemon.gpus.world import GpuWorld, restore_actor
 
@@ -187,6 +188,21 @@ def test_an_actor_that_took_nothing_of_a_releasing_one_does_not_wait_for_it(
     assert b is not None and b.phase is Phase.RUNNING and sandbox_of_a.poll() is None
     sandbox_of_a.kill()
     assert w.service.actors.settle(20)  # no release left running into the next test
+
+
+def test_a_run_whose_predecessor_never_exits_is_unavailable_and_keeps_nothing(
+        tmp_path, sandbox_of_a) -> None:  # type: ignore[no-untyped-def]
+    w = GpuWorld(tmp_path)  # exclusive, 4 GPUs
+    w.service.hosting.config = dataclasses.replace(w.service.hosting.config, lock_wait=0.3)
+    w.service.run_workload(w.run("a", GpuWish(count=4)))
+    _checkpoint(w, "a")  # its sandbox (the stand-in) does not exit
+    with pytest.raises(AteomError) as err:
+        w.service.run_workload(w.run("b", GpuWish(count=2)))
+    assert err.value.code is ErrorCode.UNAVAILABLE
+    assert "actor b: the slot or GPUs of actor a, whose sandbox is still exiting" in str(err.value)
+    assert w.service.actors.get("b") is None and set(w.holders().values()) == {()}
+    sandbox_of_a.kill()
+    assert w.service.actors.settle(20)
 
 
 def _wait_for(w, command: str) -> None:  # type: ignore[no-untyped-def]

@@ -23,6 +23,8 @@ class ErrorCode(enum.Enum):
     UNIMPLEMENTED = "UNIMPLEMENTED"
     UNAVAILABLE = "UNAVAILABLE"
     DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"
+    # An actor's state was lost (a failed save took its sandbox with it).
+    DATA_LOSS = "DATA_LOSS"
     INTERNAL = "INTERNAL"
 
 
@@ -39,6 +41,14 @@ class AteomError(Exception):
 
     def __str__(self) -> str:
         return self.message
+
+
+class UsageError(AteomError):
+    """The command line is wrong: an unknown flag, a missing or malformed value, on
+    the command line or in its ``ATEOM_*`` twin. The CLI exits 2 for it (every
+    other failure is 1); the daemon never raises it for a request."""
+
+    code = ErrorCode.INVALID_ARGUMENT
 
 
 class SpecError(AteomError):

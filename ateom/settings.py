@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import enum
 import os
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -23,6 +24,10 @@ DEFAULT_DRIVER_ROOT = "/usr/local/nvidia"
 DEFAULT_TOOLKIT_DIR = "/opt/nvidia-toolkit"
 DEFAULT_SPEC_DIRS: tuple[str, ...] = ("/etc/cdi", "/var/run/cdi")
 DEFAULT_GPU_GLOB = "/dev/nvidia[0-9]*"
+# The control nodes nvproxy opens for every GPU sandbox, beside the GPUs' own
+# (runsc fails "failed to open /dev/nvidiactl" without them); nvidia-uvm-tools
+# and nvidia-modeset are optional.
+CONTROL_NODE_NAMES = ("nvidiactl", "nvidia-uvm")
 
 DRIVER_ROOT_ENV = "ATEOM_NVIDIA_DRIVER_ROOT"
 TOOLKIT_DIR_ENV = "ATEOM_NVIDIA_TOOLKIT_DIR"
@@ -41,6 +46,11 @@ GPU_PLACEMENT_ENV = "ATEOM_GPU_PLACEMENT"
 PROC_ROOT_ENV = "ATEOM_PROC_ROOT"
 # Global runsc flags for every call, space-separated (`ateom serve --runsc-global-flag`).
 RUNSC_GLOBAL_FLAGS_ENV = "ATEOM_RUNSC_GLOBAL_FLAGS"
+# The daemon's own directories (`ateom serve --actors-root`, `--run-dir`), which
+# `ateom doctor` checks too.
+ACTORS_ROOT_ENV = "ATEOM_ACTORS_ROOT"
+RUN_DIR_ENV = "ATEOM_RUN_DIR"
+DEFAULT_RUN_DIR = "/run/ateom"
 
 
 def runsc_global_flags_from_env(environ: Mapping[str, str] = os.environ) -> tuple[str, ...]:
@@ -80,6 +90,11 @@ class NodeSettings:
         """The directory of the GPU device nodes (and of nvidiactl, nvidia-uvm)."""
         return os.path.dirname(self.gpu_glob) or "/dev"
 
+    @property
+    def control_nodes(self) -> tuple[str, ...]:
+        """The control nodes nvproxy needs, beside the GPU nodes."""
+        return tuple(os.path.join(self.dev_dir, n) for n in CONTROL_NODE_NAMES)
+
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ) -> NodeSettings:
         """The settings the ``ATEOM_*`` variables name, defaults for the rest (pure)."""
@@ -89,6 +104,34 @@ class NodeSettings:
             spec_dirs=split_spec_dirs(environ.get(SPEC_DIRS_ENV, "")) or DEFAULT_SPEC_DIRS,
             gpu_glob=environ.get(GPU_GLOB_ENV) or DEFAULT_GPU_GLOB,
         )
+
+
+def unusable_dir(path: str, *, writable: bool = False, creatable: bool = False) -> str:
+    """Why `path` cannot serve as one of the daemon's directories ("" when it can;
+    stats it). `writable`: ateom writes in it (a read-only mount will not do);
+    `creatable`: one that does not exist yet is fine if its nearest existing
+    parent is a directory ateom could make it in."""
+    if not path:
+        return "not set"
+    if not os.path.isabs(path):
+        return "not an absolute path"
+    try:
+        st = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        if not creatable:
+            return "does not exist"
+        parent = os.path.dirname(path)
+        while parent != os.path.dirname(parent) and not os.path.lexists(parent):
+            parent = os.path.dirname(parent)
+        why = unusable_dir(parent, writable=True)
+        return f"does not exist, and cannot be made ({parent}: {why})" if why else ""
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    if not stat.S_ISDIR(st.st_mode):
+        return "not a directory"
+    if writable and not os.access(path, os.W_OK | os.X_OK):
+        return "not writable (a read-only mount, or its permissions)"
+    return ""
 
 
 def split_spec_dirs(value: str) -> tuple[str, ...]:

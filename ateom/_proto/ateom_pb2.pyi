@@ -404,7 +404,7 @@ class GetStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GetStatusResponse(_message.Message):
-    __slots__ = ("version", "state", "actors", "gpu_present", "cdi_spec_source", "runsc", "max_actors", "spec_dirs", "gpu_placement", "gpus")
+    __slots__ = ("version", "state", "actors", "gpu_present", "cdi_spec_source", "runsc", "max_actors", "spec_dirs", "gpu_placement", "gpus", "not_ready")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     ACTORS_FIELD_NUMBER: _ClassVar[int]
@@ -415,6 +415,7 @@ class GetStatusResponse(_message.Message):
     SPEC_DIRS_FIELD_NUMBER: _ClassVar[int]
     GPU_PLACEMENT_FIELD_NUMBER: _ClassVar[int]
     GPUS_FIELD_NUMBER: _ClassVar[int]
+    NOT_READY_FIELD_NUMBER: _ClassVar[int]
     version: str
     state: str
     actors: _containers.RepeatedCompositeFieldContainer[HostedActor]
@@ -425,10 +426,11 @@ class GetStatusResponse(_message.Message):
     spec_dirs: _containers.RepeatedScalarFieldContainer[str]
     gpu_placement: str
     gpus: _containers.RepeatedCompositeFieldContainer[GpuHolders]
-    def __init__(self, version: _Optional[str] = ..., state: _Optional[str] = ..., actors: _Optional[_Iterable[_Union[HostedActor, _Mapping]]] = ..., gpu_present: _Optional[bool] = ..., cdi_spec_source: _Optional[str] = ..., runsc: _Optional[_Union[RunscStatus, _Mapping]] = ..., max_actors: _Optional[int] = ..., spec_dirs: _Optional[_Iterable[str]] = ..., gpu_placement: _Optional[str] = ..., gpus: _Optional[_Iterable[_Union[GpuHolders, _Mapping]]] = ...) -> None: ...
+    not_ready: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, version: _Optional[str] = ..., state: _Optional[str] = ..., actors: _Optional[_Iterable[_Union[HostedActor, _Mapping]]] = ..., gpu_present: _Optional[bool] = ..., cdi_spec_source: _Optional[str] = ..., runsc: _Optional[_Union[RunscStatus, _Mapping]] = ..., max_actors: _Optional[int] = ..., spec_dirs: _Optional[_Iterable[str]] = ..., gpu_placement: _Optional[str] = ..., gpus: _Optional[_Iterable[_Union[GpuHolders, _Mapping]]] = ..., not_ready: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class HostedActor(_message.Message):
-    __slots__ = ("actor_uid", "atespace", "actor_name", "phase", "containers", "devices", "sandbox_exited", "gpus", "checkpointable", "checkpoint_blocker")
+    __slots__ = ("actor_uid", "atespace", "actor_name", "phase", "containers", "devices", "sandbox_exited", "gpus", "checkpointable", "checkpoint_blocker", "exit_code", "exited_at_unix_nano")
     ACTOR_UID_FIELD_NUMBER: _ClassVar[int]
     ATESPACE_FIELD_NUMBER: _ClassVar[int]
     ACTOR_NAME_FIELD_NUMBER: _ClassVar[int]
@@ -439,6 +441,8 @@ class HostedActor(_message.Message):
     GPUS_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINTABLE_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_BLOCKER_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    EXITED_AT_UNIX_NANO_FIELD_NUMBER: _ClassVar[int]
     actor_uid: str
     atespace: str
     actor_name: str
@@ -449,21 +453,25 @@ class HostedActor(_message.Message):
     gpus: _containers.RepeatedScalarFieldContainer[str]
     checkpointable: bool
     checkpoint_blocker: str
-    def __init__(self, actor_uid: _Optional[str] = ..., atespace: _Optional[str] = ..., actor_name: _Optional[str] = ..., phase: _Optional[str] = ..., containers: _Optional[_Iterable[str]] = ..., devices: _Optional[_Iterable[str]] = ..., sandbox_exited: _Optional[bool] = ..., gpus: _Optional[_Iterable[str]] = ..., checkpointable: _Optional[bool] = ..., checkpoint_blocker: _Optional[str] = ...) -> None: ...
+    exit_code: int
+    exited_at_unix_nano: int
+    def __init__(self, actor_uid: _Optional[str] = ..., atespace: _Optional[str] = ..., actor_name: _Optional[str] = ..., phase: _Optional[str] = ..., containers: _Optional[_Iterable[str]] = ..., devices: _Optional[_Iterable[str]] = ..., sandbox_exited: _Optional[bool] = ..., gpus: _Optional[_Iterable[str]] = ..., checkpointable: _Optional[bool] = ..., checkpoint_blocker: _Optional[str] = ..., exit_code: _Optional[int] = ..., exited_at_unix_nano: _Optional[int] = ...) -> None: ...
 
 class RunscStatus(_message.Message):
-    __slots__ = ("path", "version", "supports_nvproxy", "gpu_checkpoint", "gpu_remap")
+    __slots__ = ("path", "version", "supports_nvproxy", "gpu_checkpoint", "gpu_remap", "error")
     PATH_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     SUPPORTS_NVPROXY_FIELD_NUMBER: _ClassVar[int]
     GPU_CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
     GPU_REMAP_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
     path: str
     version: str
     supports_nvproxy: bool
     gpu_checkpoint: bool
     gpu_remap: bool
-    def __init__(self, path: _Optional[str] = ..., version: _Optional[str] = ..., supports_nvproxy: _Optional[bool] = ..., gpu_checkpoint: _Optional[bool] = ..., gpu_remap: _Optional[bool] = ...) -> None: ...
+    error: str
+    def __init__(self, path: _Optional[str] = ..., version: _Optional[str] = ..., supports_nvproxy: _Optional[bool] = ..., gpu_checkpoint: _Optional[bool] = ..., gpu_remap: _Optional[bool] = ..., error: _Optional[str] = ...) -> None: ...
 
 class ListDevicesRequest(_message.Message):
     __slots__ = ()

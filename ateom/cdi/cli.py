@@ -19,7 +19,7 @@ from typing import Any, TextIO
 from ateom.cdi.edits import resolution_to_json
 from ateom.cdi.registry import Registry, default_spec_dirs
 from ateom.cdi.spec_file import format_for_path, load_spec, spec_problems
-from ateom.errors import ResolutionError, SpecError
+from ateom.errors import AteomError, ErrorCode, ResolutionError, SpecError
 
 
 def register(subparsers: Any) -> None:
@@ -46,7 +46,9 @@ def register(subparsers: Any) -> None:
     devices = verbs.add_parser(
         "devices",
         help="list every resolvable qualified device name",
-        description="List every resolvable qualified device name, sorted.",
+        description="List every resolvable qualified device name, sorted. Exit 1 if a"
+        " --spec-dir given is not a directory, or if any spec could not be read (the"
+        " devices of those that could are listed).",
     )
     devices.add_argument("--spec-dir", action="append", metavar="DIR", help=spec_dir_help)
     devices.add_argument(
@@ -141,6 +143,13 @@ def cmd_validate(
 
 
 def _registry(args: argparse.Namespace) -> Registry:
+    """The specs in the dirs given (each must be a directory: a typo is not an
+    empty dir), else in the default dirs (which may be absent)."""
+    for directory in args.spec_dir or ():
+        if not os.path.isdir(directory):
+            why = "not a directory" if os.path.lexists(directory) else "no such directory"
+            raise AteomError(f"--spec-dir {directory}: {why}",
+                             code=ErrorCode.FAILED_PRECONDITION)
     return Registry.load(args.spec_dir or default_spec_dirs())
 
 
@@ -188,7 +197,8 @@ def cmd_devices(
     else:
         for device in registry.devices():
             print(device.qualified_name, file=out)
-    return 0
+    # The devices that could be read are listed; a spec that could not is a failure.
+    return 1 if registry.spec_errors else 0
 
 
 def cmd_resolve(

@@ -31,9 +31,10 @@ import-graph test holds every package of ateom to a layering without cycles):
    flags it needs), `compat_record` (the record written with a GPU image,
    checked first at restore, and the placement it implies).
 6. `lifecycle`: what ties them — `config` (every `ateom serve` flag and its
-   environment twin; the node's and GPU settings as `ateom.settings` values)
-   and `service` (`AteomService`: each lifecycle call a short sequence over
-   the packages above).
+   environment twin; the node's and GPU settings as `ateom.settings` values),
+   `readiness` (whether an actor can run now: what SERVING means) and
+   `service` (`AteomService`: each lifecycle call a short sequence over the
+   packages above).
 7. `rpc`: the gRPC surface — `wire` (protobuf <-> requests, pure),
    `handler` (the one place every RPC goes through: logging, error codes,
    observers), `server` (the thin servicer, health, reflection, TLS, drain),

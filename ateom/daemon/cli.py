@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from ateom.daemon.lifecycle import config as daemon_config
+from ateom.errors import AteomError, UsageError
 
 
 def register(subparsers: Any) -> None:
@@ -25,6 +26,9 @@ def _serve(args: argparse.Namespace) -> int:
     from ateom.daemon.logs import configure_logging
     from ateom.daemon.rpc.server import serve
 
-    config = daemon_config.from_args(args)
+    try:
+        config = daemon_config.from_args(args)
+    except AteomError as exc:  # everything it checks is a flag or its twin
+        raise UsageError(str(exc)) from None
     configure_logging(config.log_format, config.log_level)
     return serve(config)

@@ -34,6 +34,7 @@ from ateom.doctor.checks_gpu import (
 )
 from ateom.doctor.checks_node import (
     check_control_nodes,
+    check_daemon_dirs,
     check_driver_root,
     check_gpu_nodes,
     check_toolkit,
@@ -42,6 +43,7 @@ from ateom.doctor.checks_runsc import (
     check_runsc,
     check_runsc_cgroups,
     check_runsc_driver,
+    check_runsc_global_flags,
     check_runsc_network,
     check_runsc_nvproxy,
     check_user_namespaces,
@@ -62,7 +64,9 @@ _TABLE: tuple[tuple[str, Callable[[Facts], CheckResult]], ...] = (
     ("spec-device-nodes", check_spec_device_nodes),
     ("spec-libraries", check_spec_libraries),
     ("cdi-mps", check_cdi_mps),
+    ("daemon-dirs", check_daemon_dirs),
     ("runsc", check_runsc),
+    ("runsc-global-flags", check_runsc_global_flags),
     ("user-namespaces", check_user_namespaces),
     ("runsc-cgroups", check_runsc_cgroups),
     ("runsc-network", check_runsc_network),

@@ -10,7 +10,7 @@ import os
 import re
 
 from ateom.doctor.facts import Facts
-from ateom.doctor.verdict import CheckResult, Status, passed
+from ateom.doctor.verdict import CheckResult, Status, passed, skipped
 
 _INDEX = re.compile(r"(\d+)$")
 
@@ -58,6 +58,22 @@ def check_control_nodes(f: Facts) -> CheckResult:
             details=tuple(f"{n.path}: {n.error or n.kind or 'missing'}" for n in bad),
         )
     return passed(name, "present: " + ", ".join(n.path for n in f.control_nodes))
+
+
+def check_daemon_dirs(f: Facts) -> CheckResult:
+    """FAIL when --actors-root or --run-dir cannot serve: ateom serve says
+    NOT_SERVING (and refuses every Run) until it is mended."""
+    name = "daemon-dirs"
+    if not f.daemon_dirs:
+        return skipped(name, "not looked at")
+    bad = [(flag, path, why) for flag, path, why in f.daemon_dirs if why]
+    if bad:
+        return CheckResult(
+            name, Status.FAIL,
+            "; ".join(f"{flag} {path}: {why}" for flag, path, why in bad),
+            fix="mount the node agent's actors volume at --actors-root, and give --run-dir a"
+            " writable directory (an emptyDir or /run in the worker)")
+    return passed(name, ", ".join(f"{flag} {path}" for flag, path, _ in f.daemon_dirs))
 
 
 def check_driver_root(f: Facts) -> CheckResult:

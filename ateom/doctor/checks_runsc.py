@@ -21,6 +21,25 @@ def check_runsc(f: Facts) -> CheckResult:
     return passed(name, f"{r.path}: version {r.version}")
 
 
+def check_runsc_global_flags(f: Facts) -> CheckResult:
+    """FAIL when a --runsc-global-flag names a flag this runsc does not have: runsc
+    refuses every call then ("flag provided but not defined"), and the daemon
+    serves NOT_SERVING until it is mended."""
+    name = "runsc-global-flags"
+    r = f.runsc
+    if not r.found:
+        return skipped(name, "runsc not usable (runsc)")
+    if r.unknown_global_flags:
+        return CheckResult(
+            name, Status.FAIL,
+            f"runsc {r.version} has no flag {', '.join(r.unknown_global_flags)}: every runsc"
+            " call would fail, and ateom serve says NOT_SERVING",
+            fix="correct or remove it in ATEOM_RUNSC_GLOBAL_FLAGS / --runsc-global-flag"
+            " (`runsc flags` lists the ones this runsc has)")
+    given = f.config.runsc_global_flags
+    return passed(name, f"runsc knows {' '.join(given)}" if given else "none given")
+
+
 def check_runsc_nvproxy(f: Facts) -> CheckResult:
     name = "runsc-nvproxy"
     r = f.runsc

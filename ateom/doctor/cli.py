@@ -75,6 +75,10 @@ def register(subparsers: Any) -> None:
     doctor.add_argument(
         "--max-actors", type=int, help="as given to ateom serve [$ATEOM_MAX_ACTORS; 1]"
     )
+    doctor.add_argument(
+        "--actors-root", help="as given to ateom serve [$ATEOM_ACTORS_ROOT; not checked]"
+    )
+    doctor.add_argument("--run-dir", help="as given to ateom serve [$ATEOM_RUN_DIR; /run/ateom]")
     doctor.set_defaults(func=run_doctor_command)
 
     health = subparsers.add_parser(
@@ -117,7 +121,8 @@ def config_from_args(args: argparse.Namespace, config: DoctorConfig) -> DoctorCo
     gpu = _given(args, proc_root="proc_root", cuda_checkpoint="cuda_checkpoint",
                  placement="gpu_placement")
     overrides = _given(args, runsc="runsc", proc_driver_version="proc_driver_version",
-                       nvidia_smi="nvidia_smi", max_actors="max_actors")
+                       nvidia_smi="nvidia_smi", max_actors="max_actors",
+                       actors_root="actors_root", run_dir="run_dir")
     overrides["node"] = replace(config.node, **node)
     overrides["gpu"] = replace(config.gpu, **gpu, nvproxy=replace(config.gpu.nvproxy, **nvproxy))
     if args.control_node:

@@ -11,11 +11,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ateom.errors import AteomError, ErrorCode, quote
-from ateom.settings import GpuSettings, NodeSettings, runsc_global_flags_from_env
+from ateom.settings import (
+    ACTORS_ROOT_ENV,
+    DEFAULT_RUN_DIR,
+    RUN_DIR_ENV,
+    GpuSettings,
+    NodeSettings,
+    runsc_global_flags_from_env,
+)
 
 DEFAULT_DEVICES = ("nvidia.com/gpu=all",)
-# nvproxy needs these two; nvidia-uvm-tools and nvidia-modeset are optional.
-CONTROL_NODE_NAMES = ("nvidiactl", "nvidia-uvm")
 # The libraries without which CUDA cannot start: their SONAME links are the
 # ones a workload's loader looks up first.
 CORE_LIBRARY_SONAMES = ("libcuda.so.1", "libnvidia-ml.so.1")
@@ -40,6 +45,8 @@ class DoctorConfig:
         expected: what they lack FAILs. gpu.placement is checked, not
         parsed, here: a bad value is a finding.
     max_actors: the daemon's ``--max-actors``.
+    actors_root, run_dir: the daemon's ``--actors-root`` ("" when not given: not
+        checked) and ``--run-dir``, which must be usable for it to serve.
     runsc_global_flags: the daemon's global runsc flags (its env twin), judged
         against the cgroups and network namespace the worker runs in.
     generate_timeout / probe_timeout: seconds allowed for nvidia-ctk cdi
@@ -56,6 +63,8 @@ class DoctorConfig:
     proc_driver_version: str = ""
     nvidia_smi: str = ""
     max_actors: int = 1
+    actors_root: str = ""
+    run_dir: str = DEFAULT_RUN_DIR
     generate_timeout: float = 60.0
     # Each runsc probe command (--version, flags, help, list-supported-drivers)
     # answers in well under a second; a wedged binary must not wedge the doctor.
@@ -74,9 +83,7 @@ class DoctorConfig:
 
     @property
     def control_node_paths(self) -> tuple[str, ...]:
-        if self.control_nodes:
-            return self.control_nodes
-        return tuple(os.path.join(self.node.dev_dir, n) for n in CONTROL_NODE_NAMES)
+        return self.control_nodes or self.node.control_nodes
 
 
 def _first(environ: Mapping[str, str], *names: str) -> str:
@@ -110,4 +117,6 @@ def config_from_env(environ: Mapping[str, str] = os.environ) -> DoctorConfig:
         runsc=_first(environ, "ATEOM_RUNSC") or "runsc",
         runsc_global_flags=runsc_global_flags_from_env(environ),
         max_actors=actors,
+        actors_root=_first(environ, ACTORS_ROOT_ENV),
+        run_dir=_first(environ, RUN_DIR_ENV) or DEFAULT_RUN_DIR,
     )

@@ -111,6 +111,8 @@ class RunscFact:
     # `runsc checkpoint` flags for GPU checkpoints (`runsc help checkpoint`).
     cuda_checkpoint_path: bool = False
     cuda_checkpoint_sequential: bool = False
+    # The daemon's --runsc-global-flag values this runsc does not know.
+    unknown_global_flags: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +167,8 @@ class Facts:
     cuda_checkpoint: CudaCheckpointFacts | None = None  # None when not probed
     userns: UsernsFact | None = None  # None when not probed
     cgroups: tuple[CgroupMount, ...] | None = None  # None when mountinfo was unreadable
+    # (flag, path, why unusable or "") for --actors-root and --run-dir; () when not looked at.
+    daemon_dirs: tuple[tuple[str, str, str], ...] = ()
 
     @property
     def driver_version(self) -> str:

@@ -36,7 +36,8 @@ from ateom.process.runner import (
     give_up_after_a_timeout,
     subprocess_runner,
 )
-from ateom.runsc.probe import probe_runsc
+from ateom.runsc.probe import probe_runsc, unknown_global_flags
+from ateom.settings import unusable_dir
 
 
 def gather_runsc(config: DoctorConfig, run: Runner = subprocess_runner) -> RunscFact:
@@ -64,7 +65,19 @@ def gather_runsc(config: DoctorConfig, run: Runner = subprocess_runner) -> Runsc
         supported_drivers=drivers,
         cuda_checkpoint_path=info.supports("checkpoint:cuda-checkpoint-path"),
         cuda_checkpoint_sequential=info.supports("checkpoint:cuda-checkpoint-sequential"),
+        unknown_global_flags=unknown_global_flags(config.runsc_global_flags,
+                                                  info.global_flags),
     )
+
+
+def gather_daemon_dirs(config: DoctorConfig) -> tuple[tuple[str, str, str], ...]:
+    """--actors-root (when given) and --run-dir as the daemon would use them (stats)."""
+    found = []
+    if config.actors_root:
+        found.append(("--actors-root", config.actors_root, unusable_dir(config.actors_root)))
+    found.append(("--run-dir", config.run_dir,
+                  unusable_dir(config.run_dir, writable=True, creatable=True)))
+    return tuple(found)
 
 
 def gather_gpus(config: DoctorConfig, environ: Mapping[str, str],
@@ -114,6 +127,7 @@ def gather(
         cuda_checkpoint=gather_cuda_checkpoint(config, environ, run),
         userns=gather_userns(run, config.probe_timeout),
         cgroups=gather_cgroups(),
+        daemon_dirs=gather_daemon_dirs(config),
     )
 
 

@@ -78,6 +78,7 @@ def load_record(directory: str) -> ParsedRecord | None:
     Raises RecordError (FAILED_PRECONDITION, the parser's message) for a corrupt
     record or another format's, AteomError when `directory` is not a directory.
     """
+    directory = os.path.abspath(directory)  # a relative one, from where ateom runs
     if not os.path.isdir(directory):
         raise AteomError(f"{quote(directory)}: not a checkpoint directory",
                          code=ErrorCode.NOT_FOUND)

@@ -19,12 +19,14 @@ import stat
 from collections.abc import Sequence
 
 from ateom.gpuinfo.inventory import (
+    COMPUTE_APPS_ARGS,
     SMI_ARGS,
     GpuInfoError,
     ProcGpu,
     SmiGpu,
     WorkerGpus,
     combine,
+    parse_compute_apps,
     parse_driver_version,
     parse_gpu_information,
     parse_smi_query,
@@ -121,6 +123,20 @@ def find_nvidia_smi(driver_root: str, path_env: str) -> str | None:
     """
     search = os.pathsep.join(d for d in (os.path.join(driver_root, "bin"), path_env) if d)
     return shutil.which("nvidia-smi", path=search)
+
+
+def device_memory_by_pid(path: str, runner: Runner, timeout: float = SMI_TIMEOUT
+                         ) -> tuple[dict[int, int] | None, str]:
+    """pid -> MiB of device memory each process holds (runs nvidia-smi). Returns
+    (that or None, why not)."""
+    code, out = runner([path, *COMPUTE_APPS_ARGS], timeout=timeout)
+    if code != 0:
+        why = "timed out" if code == TIMED_OUT else f"exit {code}"
+        return None, f"{path} {COMPUTE_APPS_ARGS[0]}: {why}: {quote(out.strip()[-200:])}"
+    try:
+        return parse_compute_apps(out, source=path), ""
+    except GpuInfoError as exc:
+        return None, str(exc)
 
 
 def run_nvidia_smi(path: str, runner: Runner, timeout: float) -> tuple[list[SmiGpu] | None,

@@ -37,6 +37,9 @@ from ateom.errors import AteomError, ErrorCode, quote
 SMI_FIELDS = ("index", "uuid", "name", "pci.bus_id", "pci.device_id", "memory.total",
               "driver_version")
 SMI_ARGS = (f"--query-gpu={','.join(SMI_FIELDS)}", "--format=csv,noheader,nounits")
+# The device memory each process holds: a checkpoint moves a GPU actor's into its
+# image (cuda-checkpoint copies it to the sandbox's memory before runsc saves).
+COMPUTE_APPS_ARGS = ("--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits")
 
 
 
@@ -215,6 +218,23 @@ def parse_pci_device_id(text: str, *, source: str) -> tuple[int, int] | None:
     if not value.lower().startswith("0x") or not 0 <= word <= 0xFFFFFFFF:
         raise GpuInfoError(source, f"pci.device_id {quote(value)} is not 0xDDDDVVVV")
     return word & 0xFFFF, word >> 16
+
+
+def parse_compute_apps(text: str, *, source: str = "nvidia-smi") -> dict[int, int]:
+    """pid -> MiB of device memory, from ``nvidia-smi`` run with `COMPUTE_APPS_ARGS`,
+    summed over a process's GPUs (pure). "No running processes found" is none; a
+    row whose memory NVML cannot tell ([N/A]) counts 0."""
+    held: dict[int, int] = {}
+    for n, row in enumerate(csv.reader(text.splitlines(), skipinitialspace=True), 1):
+        cells = [c.strip() for c in row]
+        if not cells or not "".join(cells) or cells[0].lower().startswith("no running"):
+            continue
+        if len(cells) != 2 or not cells[0].isdigit():
+            raise GpuInfoError(f"{source}: line {n}",
+                               f"expected pid, used_memory: {quote(','.join(row))}")
+        used = int(cells[1]) if cells[1].isdigit() else 0
+        held[int(cells[0])] = held.get(int(cells[0]), 0) + used
+    return held
 
 
 def parse_smi_query(text: str, *, source: str = "nvidia-smi") -> tuple[SmiGpu, ...]:

@@ -37,6 +37,16 @@ LOG_TAIL_BYTES = 2048
 # Started with 512 entries, runsc forks its sandbox and gofer with 512 too.
 FD_TABLE = 512
 
+# runsc's control calls (state, list, kill, delete, events --stats) answer in
+# milliseconds. Each reads the actor's state files and most ask its sandbox over
+# the control socket; a sandbox whose processes are stopped (SIGSTOP, a frozen
+# cgroup, a wedged sentry) never answers, and runsc then waits for good: on
+# release-20260817 every one of them hangs on it, `delete --force` included
+# (docs/operations.md, "What ateom promises under faults"). So each is bounded
+# by this, not by --runsc-timeout (which is for boots and saves); a sandbox that
+# does not answer in time is killed by pid (`ateom.daemon.sandbox.teardown`).
+CONTROL_TIMEOUT = 3.0
+
 
 @dataclass(frozen=True, slots=True)
 class RunscTarget:
@@ -236,15 +246,39 @@ class RunscError(AteomError):
         )
 
 
+class RunscTimeout(RunscError):
+    """A runsc command did not finish within its bound and was killed. The message
+    names the call, the actor and the bound: a control call that times out is a
+    sandbox that does not answer."""
+
+    def __init__(self, command: str, container: str, actor: str, limit: float,
+                 tail: str = "") -> None:
+        super().__init__(command, container, -9, tail, timed_out=True)
+        self.actor = actor
+        self.limit = limit
+        self.message = (f"runsc {command} {container} of actor {actor} did not answer within"
+                        f" {limit:g} s and was killed")
+
+    def __str__(self) -> str:
+        return self.message
+
+
 class Runsc:
-    """Runs runsc for one actor: argv from the pure builders, stdio to log files."""
+    """Runs runsc for one actor: argv from the pure builders, stdio to log files.
+    Every call is bounded: boots and saves by `timeout` (--runsc-timeout, or the
+    caller's), control calls by `CONTROL_TIMEOUT`; one that overruns is killed
+    and raised as `RunscTimeout`."""
 
     def __init__(self, target: RunscTarget, reaper: Reaper, log_dir: str, timeout: float,
-                 log_names: dict[str, str] | None = None) -> None:
+                 log_names: dict[str, str] | None = None, *, actor: str = "",
+                 control_timeout: float = CONTROL_TIMEOUT) -> None:
         self.target = target
         self.reaper = reaper
         self.log_dir = log_dir
         self.timeout = timeout
+        self.control_timeout = control_timeout
+        # For messages: whose sandbox this is (the state root's name by default).
+        self.actor = actor or os.path.basename(target.root.rstrip("/"))
         # runsc id -> the file name stem of its logs (the sandbox root's logs
         # are named after its bundle, e.g. "_pause", not its uid-carrying id).
         self.log_names = dict(log_names or {})
@@ -257,6 +291,11 @@ class Runsc:
         """runsc's -log for commands on container `name`."""
         return os.path.join(self.log_dir, f"{self.log_names.get(name, name)}.runsc.log")
 
+    def _timed_out(self, command: str, name: str, limit: float, tail: str = "") -> RunscTimeout:
+        log.warning("runsc_timed_out", command=command, container=name, actor=self.actor,
+                    limit_s=limit)
+        return RunscTimeout(command, name, self.actor, limit, tail)
+
     def _run(self, command: str, name: str, argv: Sequence[str], *, check: bool,
              timeout: float | None = None,
              meanwhile: Callable[[], None] | None = None) -> Completed:
@@ -264,17 +303,20 @@ class Runsc:
         stdio = self.stdio_log(name)
         own_log = self.runsc_log(name)
         offsets = (_size(stdio), _size(own_log))
-        done = self.reaper.run(argv, log_path=stdio, timeout=timeout or self.timeout,
+        limit = timeout or self.timeout
+        done = self.reaper.run(argv, log_path=stdio, timeout=limit,
                                meanwhile=meanwhile, fd_table=FD_TABLE)
         log.debug("runsc", command=command, container=name, returncode=done.returncode)
+        if done.timed_out:
+            tail = read_tail(own_log, offsets[1]) or read_tail(stdio, offsets[0])
+            raise self._timed_out(command, name, limit, tail)
         if check and done.returncode != 0:
             # The command's own -log holds its error; stderr (alsologtostderr)
             # in the stdio log is the fallback for commands without -log.
             tail = read_tail(own_log, offsets[1]) or read_tail(stdio, offsets[0])
             reason = (failure_reason(read_tail(own_log, offsets[1], 1 << 20))
                       or failure_reason(read_tail(stdio, offsets[0], 1 << 20)))
-            raise RunscError(command, name, done.returncode, tail, reason,
-                             timed_out=done.timed_out)
+            raise RunscError(command, name, done.returncode, tail, reason)
         return done
 
     def _ensure_log_dir(self) -> None:
@@ -282,11 +324,15 @@ class Runsc:
         # while the actor lived; a teardown must still be able to run runsc.
         os.makedirs(self.log_dir, mode=0o750, exist_ok=True)
 
-    def _capture(self, argv: Sequence[str]) -> Completed:
-        """stdout only: runsc's logs (stderr) go to the actor's runsc command log."""
+    def _capture(self, command: str, name: str, argv: Sequence[str]) -> Completed:
+        """stdout only: runsc's logs (stderr) go to the actor's runsc command log.
+        A control call: bounded by `control_timeout`."""
         self._ensure_log_dir()
-        return self.reaper.run_capture(argv, timeout=self.timeout,
+        done = self.reaper.run_capture(argv, timeout=self.control_timeout,
                                        stderr_path=os.path.join(self.log_dir, "runsc.log"))
+        if done.timed_out:
+            raise self._timed_out(command, name, self.control_timeout)
+        return done
 
     def create(self, name: str, bundle: str, pid_file: str, *,
                meanwhile: Callable[[], None] | None = None) -> None:
@@ -310,22 +356,27 @@ class Runsc:
                             log_file=self.runsc_log(name))
         self._run("restore", name, argv, check=True, meanwhile=meanwhile)
 
-    def kill(self, name: str, sig: str) -> bool:
-        done = self._run("kill", name, kill_argv(self.target, name, sig), check=False)
+    def kill(self, name: str, sig: str, *, timeout: float | None = None) -> bool:
+        """Signal the container through runsc (bounded by `timeout`, else
+        `control_timeout`); whether runsc did. `RunscTimeout` when it did not answer."""
+        done = self._run(f"kill {sig}", name, kill_argv(self.target, name, sig), check=False,
+                         timeout=min(timeout or self.control_timeout, self.control_timeout))
         return done.returncode == 0
 
     def delete(self, name: str) -> bool:
-        done = self._run("delete", name, delete_argv(self.target, name), check=False)
+        done = self._run("delete", name, delete_argv(self.target, name), check=False,
+                         timeout=self.control_timeout)
         return done.returncode == 0
 
     def list(self) -> list[str] | None:
         """Container ids runsc knows under this actor's root ([] when the root is gone).
 
-        None when runsc could not say: callers must then assume every container exists.
+        None when runsc could not say: callers must then assume every container
+        exists. `RunscTimeout` when it did not answer (a sandbox that does not).
         """
         if not os.path.isdir(self.target.root):
             return []
-        done = self._capture(list_argv(self.target))
+        done = self._capture("list", "", list_argv(self.target))
         if done.returncode != 0:
             log.warning("runsc_list_failed", root=self.target.root, returncode=done.returncode)
             return None
@@ -333,8 +384,9 @@ class Runsc:
                 if line.strip() and not line.lstrip().startswith("{")]
 
     def state(self, name: str) -> dict[str, object]:
-        """``runsc state`` of the container as JSON ({} when runsc could not say)."""
-        done = self._capture(state_argv(self.target, name))
+        """``runsc state`` of the container as JSON ({} when runsc could not say;
+        `RunscTimeout` when it did not answer)."""
+        done = self._capture("state", name, state_argv(self.target, name))
         if done.returncode != 0:
             return {}
         start = done.output.find("{\n")
@@ -348,21 +400,23 @@ class Runsc:
         return state if isinstance(state, dict) else {}
 
     def status(self, name: str) -> str:
-        """The container's status ("created", "running", "stopped"), or "" if unknown."""
+        """The container's status ("created", "running", "paused", "stopped"), or ""
+        if unknown."""
         return str(self.state(name).get("status", ""))
 
     def running(self, name: str) -> bool:
-        """Whether the container's sandbox really runs: runsc says "running" and the
-        pid it names is alive. runsc's word alone is not enough: after a save (and
-        a failed one that killed the sentry, as 0.0~20240729's does) ``runsc
-        state`` still says "running", with a dead pid (reads /proc)."""
+        """Whether the container's sandbox really runs: runsc says "running" (not
+        "paused", not "stopped") and the pid it names is alive. runsc's word alone
+        is not enough: after a save (and a failed one that killed the sentry, as
+        0.0~20240729's does) ``runsc state`` still says "running", with a dead pid
+        (reads /proc). `RunscTimeout` when runsc did not answer."""
         state = self.state(name)
         pid = state.get("pid")
         return (state.get("status") == "running" and isinstance(pid, int) and pid > 0
                 and process_alive(pid))
 
     def stats(self, name: str) -> dict[str, object]:
-        done = self._capture(events_stats_argv(self.target, name))
+        done = self._capture("events --stats", name, events_stats_argv(self.target, name))
         if done.returncode != 0:
             tail = read_tail(os.path.join(self.log_dir, "runsc.log"), 0)
             raise RunscError("events --stats", name, done.returncode, tail)

@@ -67,6 +67,19 @@ class RunscInfo:
         return False
 
 
+def unknown_global_flags(flags: Sequence[str], known: frozenset[str]) -> tuple[str, ...]:
+    """The flags among `flags` (``--network=none``, ``-debug``, ``--log-format json``)
+    whose names are not in `known` (`RunscInfo.global_flags`, from `runsc flags`):
+    runsc would refuse every call with "flag provided but not defined" (pure). A
+    token that does not start with a dash is a value, skipped."""
+    unknown = []
+    for token in flags:
+        name = token.lstrip("-").partition("=")[0]
+        if token.startswith("-") and name and name not in known:
+            unknown.append(token)
+    return tuple(unknown)
+
+
 def parse_flags(text: str) -> frozenset[str]:
     """Flag names from Go `flag` usage output (``  -name type`` lines; pure)."""
     return frozenset(_FLAG_RE.findall(text))

@@ -108,7 +108,9 @@ if cmd in ("create", "restore"):
     if get(target):
         print("container already exists", file=sys.stderr); sys.exit(1)
     put(target, "created" if cmd == "create" else "running")
-    with open(opts["-pid-file"], "w") as f: f.write(str(os.getpid()))
+    # The sandbox's pid: a process alive while the test runs (the caller's), as a
+    # real sandbox's is (ateom waits on it after a failed save).
+    with open(opts["-pid-file"], "w") as f: f.write(str(os.getppid()))
     if cmd == "restore":
         pass
 elif cmd == "start":

@@ -39,8 +39,10 @@ class World:
         self.tmp = tmp
         self.fake = fake
         self.actors_root = tmp / "actors"
+        self.actors_root.mkdir()  # the node agent's volume
         (tmp / "dev").mkdir()
-        (tmp / "dev" / "nvidia0").touch()
+        for node in ("nvidia0", "nvidiactl", "nvidia-uvm"):
+            (tmp / "dev" / node).touch()
         kw: dict[str, object] = dict(
             actors_root=str(self.actors_root), runsc=str(fake.path), run_dir=str(tmp / "run"),
             spec_dirs=(str(spec_dir),), gpu_glob=str(tmp / "dev" / "nvidia[0-9]*"),

@@ -85,4 +85,6 @@ def healthy() -> Facts:
             "/usr/local/nvidia/bin/cuda-checkpoint", executable=True, help=HELP_590),
         userns=UsernsFact(probed=True, chroot=False, max_user_namespaces=15000),
         cgroups=(CgroupMount("/sys/fs/cgroup", "cgroup2", readonly=True),),
+        daemon_dirs=(("--actors-root", "/var/lib/ateom/actors", ""),
+                     ("--run-dir", "/run/ateom", "")),
     )

@@ -231,7 +231,7 @@ def test_text_report_one_line_per_check_with_fix_and_verdict() -> None:
     assert lines[0].startswith("FAIL  gpu-nodes")
     assert any(line.strip().startswith("fix: request nvidia.com/gpu") for line in lines)
     # Without GPU nodes the inventory, placement and checkpoint-driver checks skip.
-    assert lines[-1] == "NOT OK: 17 passed, 0 warned, 1 failed, 3 skipped"
+    assert lines[-1] == "NOT OK: 19 passed, 0 warned, 1 failed, 3 skipped"
     for name in CHECK_NAMES:
         assert sum(1 for ln in lines if ln[6:].startswith(name + " ")) == 1, name
 
@@ -427,3 +427,33 @@ def test_the_doctor_reads_the_daemons_global_runsc_flags_twin() -> None:
     cfg = config_from_env({"ATEOM_RUNSC_GLOBAL_FLAGS": " --ignore-cgroups  --network=none "})
     assert cfg.runsc_global_flags == ("--ignore-cgroups", "--network=none")
     assert config_from_env({}).runsc_global_flags == ()
+
+
+def test_a_global_flag_runsc_does_not_know_fails_naming_it() -> None:
+    runsc = replace(healthy().runsc, unknown_global_flags=("--netwrk=none",))
+    r = judge(replace(healthy(), runsc=runsc)).result("runsc-global-flags")
+    assert r.status is Status.FAIL and "--netwrk=none" in r.summary and "NOT_SERVING" in r.summary
+    gone = judge(replace(healthy(), runsc=RunscFact("runsc", False, error="not found")))
+    assert gone.result("runsc-global-flags").status is Status.SKIP
+
+
+def test_an_unusable_daemon_dir_fails_naming_the_flag_and_why() -> None:
+    dirs = (("--actors-root", "/var/lib/ateom/actors", "does not exist"),
+            ("--run-dir", "/run/ateom", ""))
+    r = judge(replace(healthy(), daemon_dirs=dirs)).result("daemon-dirs")
+    assert r.status is Status.FAIL
+    assert r.summary == "--actors-root /var/lib/ateom/actors: does not exist"
+
+
+def test_the_daemon_dirs_are_gathered_as_the_daemon_would_use_them(tmp_path: Path) -> None:
+    from ateom.doctor.gather import gather_daemon_dirs
+
+    readonly = tmp_path / "file"
+    readonly.write_text("")
+    config = replace(DoctorConfig(), actors_root=str(tmp_path / "missing"),
+                     run_dir=str(tmp_path / "run" / "ateom"))
+    assert gather_daemon_dirs(config) == (
+        ("--actors-root", str(tmp_path / "missing"), "does not exist"),
+        ("--run-dir", str(tmp_path / "run" / "ateom"), ""))  # made by ateom when missing
+    config = replace(config, run_dir=str(readonly / "run"))
+    assert "cannot be made" in gather_daemon_dirs(config)[1][2]

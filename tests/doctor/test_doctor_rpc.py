@@ -35,6 +35,7 @@ STATUS_NAME = {pb.DOCTOR_STATUS_PASS: "PASS", pb.DOCTOR_STATUS_WARN: "WARN",
 
 def daemon_config(worker: GpuWorker, base: Path) -> DaemonConfig:
     """`ateom serve` pointed at the simulated worker, as its env twins would."""
+    (base / "actors").mkdir(parents=True, exist_ok=True)  # the node agent's volume
     return configs.daemon_config(
         actors_root=str(base / "actors"), run_dir=str(base / "run"),
         socket=str(base / "run" / "ateom.sock"), runsc=str(worker.runsc),
@@ -51,7 +52,7 @@ def server(gpu_worker: GpuWorker, tmp_path: Path,
     real = inspect_module.doctor_config
     monkeypatch.setattr(inspect_module, "doctor_config", lambda config, dirs: configs.doctor_config(
         real(config, dirs), proc_root=str(gpu_worker.proc_root)))
-    config = daemon_config(gpu_worker, tmp_path / "daemon")
+    config = daemon_config(gpu_worker, gpu_worker.root / "daemon")
     running = start_server(config, AteomService(config, reaper=Reaper()))
     try:
         yield running
@@ -71,8 +72,11 @@ def as_dicts(resp: pb.DoctorResponse) -> list[dict[str, object]]:
 
 
 def cli_report(worker: GpuWorker, *args: str) -> dict[str, object]:
+    """`ateom doctor --json` on the worker, told the daemon's dirs as its flags would."""
+    daemon = worker.root / "daemon"
+    dirs = ("--actors-root", str(daemon / "actors"), "--run-dir", str(daemon / "run"))
     done = subprocess.run(
-        [sys.executable, "-m", "ateom", "doctor", "--json", *worker.cli_args(), *args],
+        [sys.executable, "-m", "ateom", "doctor", "--json", *worker.cli_args(), *dirs, *args],
         env={**os.environ, **worker.env()}, cwd=REPO, capture_output=True, text=True,
         timeout=120, check=False,
     )

@@ -213,3 +213,31 @@ def test_combine_leaves_out_excluded_gpus() -> None:
     excluded = ProcGpu("0000:59:00.0", "NVIDIA H200", UA, 0, excluded=True)
     w = combine(proc_driver="580.95.05", proc_gpus=[excluded], smi=None, minors=None)
     assert w.gpus == () and "GPU Excluded: Yes" in w.problems[0]
+
+
+def test_compute_apps_sum_each_process_s_device_memory() -> None:
+    from ateom.gpuinfo.inventory import GpuInfoError, parse_compute_apps
+
+    # One process on two GPUs (a sandbox's sentry holds every GPU it was given).
+    text = "4242, 30000\n4242, 1024\n5151, [N/A]\n"
+    assert parse_compute_apps(text) == {4242: 31024, 5151: 0}
+    assert parse_compute_apps("No running processes found\n") == {}
+    with pytest.raises(GpuInfoError, match="line 1"):
+        parse_compute_apps("pid, used_memory, extra\n")
+
+
+def test_device_memory_by_pid_runs_the_query_and_says_why_not() -> None:
+    from ateom.gpuinfo.gather import device_memory_by_pid
+    from ateom.gpuinfo.inventory import COMPUTE_APPS_ARGS
+
+    seen: list[list[str]] = []
+
+    def runner(argv, *, env=None, timeout=60.0):  # type: ignore[no-untyped-def]
+        seen.append(list(argv))
+        return 0, "77, 512\n"
+
+    assert device_memory_by_pid("/bin/nvidia-smi", runner) == ({77: 512}, "")
+    assert seen == [["/bin/nvidia-smi", *COMPUTE_APPS_ARGS]]
+    held, why = device_memory_by_pid("/bin/nvidia-smi",
+                                     lambda argv, **kw: (124, "timed out"))
+    assert held is None and "timed out" in why

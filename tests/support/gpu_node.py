@@ -147,7 +147,7 @@ def write_gpu_node(root: str | os.PathLike[str], fixture: str | os.PathLike[str]
     """Lay out a node under `root` from `fixture` (a recorded or generated dir).
 
     ``proc/`` is copied whole (procfs shows the host's every GPU); ``dev/``
-    gets ``nvidiactl`` and ``nvidia<minor>`` for `pod_minors` only (default:
+    gets ``nvidiactl``, ``nvidia-uvm`` and ``nvidia<minor>`` for `pod_minors` only (default:
     every GPU of the fixture), as regular files standing in for the Pod's
     device nodes; ``bin/nvidia-smi`` behaves as `smi` says and, like NVML in
     a Pod, lists only the Pod's GPUs, indexed from 0 in the recorded order.
@@ -158,7 +158,8 @@ def write_gpu_node(root: str | os.PathLike[str], fixture: str | os.PathLike[str]
     shutil.copytree(source / "proc", base / "proc", dirs_exist_ok=True)
     dev = base / "dev"
     dev.mkdir(parents=True, exist_ok=True)
-    (dev / "nvidiactl").touch()
+    for control in ("nvidiactl", "nvidia-uvm"):
+        (dev / control).touch()
     host = _fixture_minors(source)
     minors = sorted(host) if pod_minors is None else sorted(set(pod_minors))
     for minor in minors:

@@ -21,10 +21,11 @@ from pathlib import Path
 
 CONTROL_NODES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools")
 
-# $1: a scratch dir for the host's /dev while the tmpfs covers it; $2: GPU count.
+# $1: a scratch dir for the host's /dev while the tmpfs covers it; $2: GPU count;
+# $3: the control nodes to make (space-separated, may be empty).
 _SCRIPT = r"""
 set -eu
-scratch=$1; gpus=$2; shift 2
+scratch=$1; gpus=$2; controls=$3; shift 3
 mkdir -p "$scratch"
 mount --rbind /dev "$scratch"
 mount -t tmpfs -o mode=755,nosuid stand-in-dev /dev
@@ -36,12 +37,12 @@ for entry in "$scratch"/* "$scratch"/.[!.]*; do
     else : > "/dev/$name"; mount --bind "$entry" "/dev/$name"; fi
 done
 i=0
-for name in CONTROL_NODES; do : > "/dev/$name"; mount --bind "$scratch/null" "/dev/$name"; done
+for name in $controls; do : > "/dev/$name"; mount --bind "$scratch/null" "/dev/$name"; done
 while [ "$i" -lt "$gpus" ]; do
     : > "/dev/nvidia$i"; mount --bind "$scratch/null" "/dev/nvidia$i"; i=$((i + 1))
 done
 exec "$@"
-""".replace("CONTROL_NODES", " ".join(CONTROL_NODES))
+"""
 
 
 def can_make_namespaces() -> str:
@@ -53,12 +54,15 @@ def can_make_namespaces() -> str:
     return ""
 
 
-def stand_in_gpu_prefix(scratch: str | os.PathLike[str], gpus: int) -> tuple[str, ...]:
+def stand_in_gpu_prefix(scratch: str | os.PathLike[str], gpus: int, *,
+                        control_nodes: bool = True) -> tuple[str, ...]:
     """The argv prefix running a command with `gpus` stand-in GPU nodes (and the
-    control nodes) at ``/dev/nvidia*``; `scratch` is an empty dir to use."""
+    control nodes, unless `control_nodes` is False: a worker whose node lacks
+    nvidia-uvm) at ``/dev/nvidia*``; `scratch` is an empty dir to use."""
     Path(scratch).mkdir(parents=True, exist_ok=True)
+    controls = " ".join(CONTROL_NODES) if control_nodes else ""
     return ("unshare", "--mount", "--propagation", "private", "sh", "-c", _SCRIPT,
-            "stand-in-gpu", str(scratch), str(gpus))
+            "stand-in-gpu", str(scratch), str(gpus), controls)
 
 
 def install_cdi_hook_stand_in(toolkit_dir: str | os.PathLike[str]) -> Path:

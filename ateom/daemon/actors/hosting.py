@@ -20,7 +20,7 @@ from typing import Protocol
 
 import structlog
 
-from ateom.daemon.actors.table import Actor, ActorTable, Phase
+from ateom.daemon.actors.table import Actor, ActorTable
 from ateom.daemon.bundles.plan import ContainerPlan, Injector, SandboxPlan
 from ateom.daemon.bundles.store import BundleStore
 from ateom.daemon.calls.phases import phase
@@ -29,7 +29,7 @@ from ateom.daemon.sandbox.state_dir import remove_state_dir
 from ateom.daemon.sandbox.teardown import StoppedSandbox, kill_sandbox_processes, teardown
 from ateom.errors import AteomError, ErrorCode
 from ateom.process.reaper import Reaper
-from ateom.runsc.commands import Runsc, RunscTarget, sandbox_root_id
+from ateom.runsc.commands import Runsc, RunscTarget, RunscTimeout, sandbox_root_id
 from ateom.runsc.probe import RunscInfo
 from ateom.settings import GpuSettings
 
@@ -56,12 +56,16 @@ class HostingConfig(Protocol):
 
 
 class Hosting:
+    """`table`: where a hosted actor's sandbox exit is reported (the reaper's thread)
+    and where a booted actor becomes RUNNING."""
+
     def __init__(self, config: HostingConfig, reaper: Reaper, store: BundleStore,
-                 injector: Injector) -> None:
+                 injector: Injector, table: ActorTable) -> None:
         self.config = config
         self.reaper = reaper
         self.store = store
         self.injector = injector
+        self.table = table
 
     def runsc_for(self, uid: str, info: RunscInfo, *, gpu: bool = False) -> Runsc:
         """The actor's runsc: its state root, its log dir (made here), the flags
@@ -75,7 +79,7 @@ class Hosting:
                              gpu=gpu)
         return Runsc(target, self.reaper, log_dir, config.runsc_timeout,
                      log_names={sandbox_root_id(uid, config.pause_container):
-                                config.pause_container})
+                                config.pause_container}, actor=uid)
 
     def host(self, actor: Actor, plan: SandboxPlan, runsc: Runsc,
              image_path: str | None) -> None:
@@ -93,7 +97,7 @@ class Hosting:
                 self.release(actor, grace=0)
             raise
         actor.epoch_unix_nano = time.time_ns()
-        actor.phase = Phase.RUNNING
+        self.table.up(actor)
 
     def _apply(self, uid: str, sandbox: Sandbox, containers: Sequence[ContainerPlan]) -> None:
         # Recorded as applied before the write: one that fails halfway is given back too.
@@ -146,8 +150,8 @@ class Hosting:
         uid = actor.ref.actor_uid
 
         def exited(pid: int, code: int) -> None:
-            actor.sandbox_exit = code
             log.info("sandbox_exited", actor_uid=uid, pid=pid, exit_code=code)
+            self.table.sandbox_exited(actor, code)
 
         self.reaper.watch(pid, exited)
 
@@ -176,9 +180,15 @@ class Hosting:
         (`info` None) the processes are killed and the state dir removed."""
         root = os.path.join(self.config.state_root, uid)
         if os.path.isdir(root):
+            listed = None
             if info is not None:
                 runsc = self.runsc_for(uid, info)
-                teardown(runsc, sorted(runsc.list() or []), 0)
+                try:
+                    listed = runsc.list() or []
+                except RunscTimeout as exc:  # a sandbox that does not answer
+                    log.warning("leftover_sandbox_unresponsive", error=str(exc))
+            if info is not None and listed is not None:
+                teardown(runsc, sorted(listed), 0)
             else:
                 kill_sandbox_processes(root)
                 remove_state_dir(root)  # logs what it could not remove

@@ -2,12 +2,16 @@
 
 Phases: an actor is BOOTING during Run, RESTORING during Restore, RUNNING
 once up, CHECKPOINTING and TERMINATING during those calls, RELEASING once its
-checkpoint is answered while its stopped sandbox is reaped (its GPUs and its
-slot still booked); it leaves the table when it is gone. A call on a
-RELEASING actor waits until it is gone (bounded like a lock wait), so a
-Restore right after a Checkpoint never meets the old sandbox. `next_phase` is
-the whole rule book; `ActorTable` adds the shell: admission under
---max-actors and one lock per actor so its lifecycle calls are serialized.
+checkpoint is answered while its stopped sandbox is reaped (its slot and GPUs
+already yielded to the next actor, `ateom.daemon.lifecycle.release`), and
+EXITED when its sandbox ended on its own while it ran (a crash, the OOM
+killer, kill -9 by anyone): it stays listed, holding its slot but not its
+GPUs (`ActorTable.on_exited`), until the node agent terminates it. It leaves
+the table when it is gone. A call on a RELEASING actor waits until it is gone
+(bounded like a lock wait), so a Restore right after a Checkpoint never meets
+the old sandbox. `next_phase` is the whole rule book; `ActorTable` adds the
+shell: admission under --max-actors and one lock per actor so its lifecycle
+calls are serialized.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from __future__ import annotations
 import enum
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 
@@ -34,6 +38,7 @@ class Phase(enum.Enum):
     CHECKPOINTING = "checkpointing"
     TERMINATING = "terminating"
     RELEASING = "releasing"
+    EXITED = "exited"
 
 
 class Op(enum.Enum):
@@ -51,16 +56,22 @@ _TRANSITIONS: dict[tuple[Phase | None, Op], Phase] = {
     (Phase.RUNNING, Op.CHECKPOINT): Phase.CHECKPOINTING,
     (Phase.RUNNING, Op.TERMINATE): Phase.TERMINATING,
     (Phase.RUNNING, Op.STATS): Phase.RUNNING,
+    (Phase.EXITED, Op.TERMINATE): Phase.TERMINATING,
 }
 
 
-def next_phase(current: Phase | None, op: Op, uid: str) -> Phase:
-    """The phase `op` puts an actor in, or the error the caller gets (pure)."""
+def next_phase(current: Phase | None, op: Op, uid: str, *, exit_note: str = "") -> Phase:
+    """The phase `op` puts an actor in, or the error the caller gets (pure).
+    `exit_note`: how an EXITED actor's sandbox ended (`Actor.exit_note`)."""
     found = _TRANSITIONS.get((current, op))
     if found is not None:
         return found
     if current is None:
         raise AteomError(f"actor {uid}: not hosted by this worker", code=ErrorCode.NOT_FOUND)
+    if current is Phase.EXITED:
+        raise AteomError(
+            f"actor {uid}: {exit_note or 'its sandbox exited'}; {op.value} is not possible,"
+            " terminate it (its GPUs are free already)", code=ErrorCode.FAILED_PRECONDITION)
     if op in (Op.RUN, Op.RESTORE):
         raise AteomError(
             f"actor {uid}: already hosted ({current.value}); {op.value} needs a free worker",
@@ -83,7 +94,8 @@ class Actor:
     devices: tuple[str, ...] = ()
     gpu: bool = False
     sandbox_pid: int = 0
-    sandbox_exit: int | None = None
+    sandbox_exit: int | None = None  # its exit status, once reaped (-N: signal N)
+    exited_at_unix_nano: int = 0
     epoch_unix_nano: int = field(default_factory=time.time_ns)
     memory_peak_bytes: int = 0
     sandbox: Sandbox | None = None  # set while hosting; None before the plan is made
@@ -105,14 +117,62 @@ class Actor:
     # admitted or placed: its workload starts once they are gone (`hosting`).
     predecessors: list[Actor] = field(default_factory=list)
 
+    @property
+    def exit_note(self) -> str:
+        """How its sandbox ended, for messages ("" while it has not)."""
+        if self.sandbox_exit is None:
+            return ""
+        code = self.sandbox_exit
+        how = f"killed by signal {-code}" if code < 0 else f"exit status {code}"
+        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.exited_at_unix_nano / 1e9))
+        return f"its sandbox exited on its own ({how}) at {when}"
+
 
 class ActorTable:
-    def __init__(self, max_actors: int) -> None:
+    """`on_exited(actor)`: called (outside the table's lock, once per actor) when a
+    running actor's sandbox has exited on its own and the actor became EXITED:
+    the daemon gives its GPUs back there."""
+
+    def __init__(self, max_actors: int,
+                 on_exited: Callable[[Actor], None] | None = None) -> None:
         self.max_actors = max_actors
         self._lock = threading.Lock()
         self._actors: dict[str, Actor] = {}
+        self.on_exited = on_exited
         # Run/Restore calls in flight, which a checkpointed actor's cleanup lets go first.
         self.starts = Starts()
+
+    def sandbox_exited(self, actor: Actor, code: int) -> None:
+        """The actor's sandbox was reaped (the reaper's thread). While a call is on
+        the actor (booting, checkpointing, terminating...) that call judges the
+        exit; a RUNNING actor becomes EXITED now."""
+        with self._lock:
+            actor.sandbox_exit = code
+            actor.exited_at_unix_nano = time.time_ns()
+            exited = self._settle(actor, actor.phase)
+        if exited:
+            self._exited(actor)
+
+    def up(self, actor: Actor) -> None:
+        """A Run or Restore has booted the actor: RUNNING, or EXITED if its sandbox
+        already ended meanwhile."""
+        with self._lock:
+            exited = self._settle(actor, Phase.RUNNING)
+        if exited:
+            self._exited(actor)
+
+    def _settle(self, actor: Actor, phase: Phase) -> bool:
+        """Put `actor` in `phase`, EXITED instead when that is RUNNING and its sandbox
+        has exited; whether it became EXITED (under the table's lock)."""
+        if phase is Phase.RUNNING and actor.sandbox_exit is not None:
+            actor.phase = Phase.EXITED
+            return True
+        actor.phase = phase
+        return False
+
+    def _exited(self, actor: Actor) -> None:
+        if self.on_exited is not None:
+            self.on_exited(actor)
 
     def await_releases(self, ref: ActorRef, op: Op, *, max_wait: float) -> None:
         """Before a Run/Restore is admitted: wait for the actor of the same uid
@@ -135,7 +195,8 @@ class ActorTable:
         one's `predecessors`."""
         with self._lock:
             current = self._actors.get(ref.actor_uid)
-            first = next_phase(current.phase if current else None, op, ref.actor_uid)
+            first = next_phase(current.phase if current else None, op, ref.actor_uid,
+                               exit_note=current.exit_note if current else "")
             hosted = self._counted()
             if hosted >= self.max_actors:
                 raise AteomError(
@@ -275,14 +336,19 @@ class ActorTable:
                 self.wait_gone(actor, max_wait, f"actor {uid}: {op.value}")
             if self.get(uid) is not actor:  # removed while we waited
                 next_phase(None, op, uid)
-            before = actor.phase
-            actor.phase = next_phase(before, op, uid)
-            during = actor.phase
+            with self._lock:  # against the reaper's `sandbox_exited`
+                before = actor.phase
+                actor.phase = next_phase(before, op, uid, exit_note=actor.exit_note)
+                during = actor.phase
             try:
                 yield actor
             finally:
-                if actor.phase is during:
-                    actor.phase = before
+                exited = False
+                with self._lock:
+                    if actor.phase is during:
+                        exited = self._settle(actor, before)
+                if exited:  # it exited while the call ran, and the call left it hosted
+                    self._exited(actor)
         finally:
             actor.lock.release()
 

@@ -93,8 +93,17 @@ def save_with_record(save: Callable[[Callable[[], None]], tuple[str, ...]], imag
     stands beside an image runsc did not finish.
     """
     staged: list[str] = []  # the hidden file's name, once the save has started
+
+    def stage() -> None:
+        # Beside a save that must not fail for it: one that cannot be staged (a
+        # read-only or full dir, which fails the save too) is written after.
+        try:
+            staged.append(stage_record(image_dir, record, beneath=beneath))
+        except OSError as exc:
+            log.warning("compat_record_not_staged", error=exc.strerror or str(exc))
+
     try:
-        files = save(lambda: staged.append(stage_record(image_dir, record, beneath=beneath)))
+        files = save(stage)
     except BaseException:
         for name in staged:
             discard_record(image_dir, name, beneath=beneath)

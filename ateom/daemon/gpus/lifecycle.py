@@ -27,8 +27,9 @@ from ateom.daemon.calls.requests import RestoreRequest, RunRequest
 from ateom.daemon.gpus import checkpoint_policy, compat_record
 from ateom.daemon.gpus.checkpoint_policy import Blocker
 from ateom.daemon.gpus.pool import GpuPool, request_for
+from ateom.daemon.sandbox.teardown import sandbox_processes
 from ateom.errors import AteomError, ErrorCode
-from ateom.gpuinfo.gather import find_nvidia_smi, gather_worker_gpus
+from ateom.gpuinfo.gather import device_memory_by_pid, find_nvidia_smi, gather_worker_gpus
 from ateom.gpuinfo.inventory import WorkerGpus
 from ateom.gpuinfo.record import CompatRecord
 from ateom.process.reaper import Reaper
@@ -48,13 +49,17 @@ class GpuSave:
 
 
 class GpuActors:
+    """`reaper`: runs nvidia-smi for the device memory an actor holds (None: not asked)."""
+
     def __init__(self, pool: GpuPool, node: NodeSettings, gpu: GpuSettings, *,
-                 actors_root: str, environ: Mapping[str, str]) -> None:
+                 actors_root: str, environ: Mapping[str, str],
+                 reaper: Reaper | None = None) -> None:
         self.pool = pool
         self.node = node
         self.settings = gpu
         self.actors_root = actors_root
         self.path_env = environ.get("PATH", os.defpath)
+        self.reaper = reaper
 
     @staticmethod
     def gatherer(reaper: Reaper, node: NodeSettings, proc_root: str,
@@ -112,6 +117,21 @@ class GpuActors:
             refusals.refused(kind, "unsupported_driver")
             raise
 
+    def check_control_nodes(self, uid: str, gpu: bool, kind: str) -> None:
+        """Refuse (FAILED_PRECONDITION, counted as refusal `kind`) a GPU actor on a
+        worker without the control nodes nvproxy opens for every GPU sandbox, before
+        any runsc call: runsc would fail it only at boot ("failed to open
+        /dev/nvidiactl"), as if ateom had (stats the nodes)."""
+        missing = [n for n in self.node.control_nodes if not os.path.lexists(n)] if gpu else []
+        if missing:
+            refusals.refused(kind, "no_control_nodes")
+            raise AteomError(
+                f"actor {uid} needs GPUs, and this worker has no {', '.join(missing)}:"
+                " nvproxy opens /dev/nvidiactl and /dev/nvidia-uvm for every GPU sandbox;"
+                " load nvidia-uvm on the node (nvidia-modprobe -u -c=0) and give the worker"
+                " its control nodes (`ateom doctor` checks them)",
+                code=ErrorCode.FAILED_PRECONDITION)
+
     def tools(self, view: DeviceView) -> GpuTools:
         """What the actor's GPU containers get for checkpoints (stats the tool)."""
         if view.registry is None or not view.pod_default:
@@ -136,10 +156,10 @@ class GpuActors:
     def blocker(self, actor: Actor) -> Blocker | None:
         """Why `actor` cannot be checkpointed now; None when it can (pure but for
         the GPU facts gathered once per process)."""
+        if actor.sandbox_exit is not None:
+            return Blocker("sandbox_exited", actor.exit_note)
         if actor.phase is not Phase.RUNNING or actor.sandbox is None:
             return Blocker("not_running", f"actor is {actor.phase.value}")
-        if actor.sandbox_exit is not None:
-            return Blocker("sandbox_exited", f"its sandbox exited (code {actor.sandbox_exit})")
         return self.gpu_blocker(actor)
 
     def gpu_blocker(self, actor: Actor) -> Blocker | None:
@@ -151,6 +171,30 @@ class GpuActors:
         return checkpoint_policy.blocker(
             actor.sandbox.runsc.target.info, tool_in_containers=plan.gpu_tool,
             driver_version=self.pool.worker().driver_version, gpu_count=len(self.held(actor)))
+
+    def device_memory_bound(self, actor: Actor) -> int | None:
+        """Bytes of device memory the actor's GPUs have in all (the inventory's,
+        gathered once): what its sandbox can hold at most; None when a GPU's
+        memory is unknown."""
+        facts = self.pool.facts_of(self.held(actor))
+        if not facts or any(g.memory_mib is None for g in facts):
+            return None
+        return sum(g.memory_mib or 0 for g in facts) * (1 << 20)
+
+    def device_memory(self, actor: Actor) -> int:
+        """Bytes of device memory the processes of the actor's sandbox hold (reads
+        /proc, runs nvidia-smi); 0, logged, when nvidia-smi cannot tell: the
+        checkpoint then goes on sized by the actor's memory alone."""
+        smi = find_nvidia_smi(self.node.driver_root, self.path_env)
+        if actor.sandbox is None or smi is None or self.reaper is None:
+            log.info("gpu_memory_unknown", reason="no nvidia-smi" if smi is None else "")
+            return 0
+        held, problem = device_memory_by_pid(smi, reaper_runner(self.reaper))
+        if held is None:
+            log.warning("gpu_memory_unknown", reason=problem)
+            return 0
+        pids = sandbox_processes(actor.sandbox.runsc.target.root)
+        return sum(held.get(pid, 0) for pid in pids) * (1 << 20)
 
     def prepare_save(self, actor: Actor) -> GpuSave | None:
         """For a GPU actor: refuse now, before the sandbox is touched, when it

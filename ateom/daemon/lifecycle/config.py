@@ -16,6 +16,7 @@ from typing import Any
 
 from ateom.errors import AteomError, ErrorCode
 from ateom.settings import (
+    ACTORS_ROOT_ENV,
     CUDA_CHECKPOINT_ENV,
     CUDA_CHECKPOINT_TIMEOUT_ENV,
     DEFAULT_CUDA_CHECKPOINT_TIMEOUT,
@@ -23,6 +24,7 @@ from ateom.settings import (
     DEFAULT_GPU_GLOB,
     DEFAULT_GPU_PLACEMENT,
     DEFAULT_PROC_ROOT,
+    DEFAULT_RUN_DIR,
     DEFAULT_SPEC_DIRS,
     DEFAULT_TOOLKIT_DIR,
     DRIVER_ROOT_ENV,
@@ -31,6 +33,7 @@ from ateom.settings import (
     NVPROXY_CAPABILITIES_ENV,
     NVPROXY_DRIVER_VERSION_ENV,
     PROC_ROOT_ENV,
+    RUN_DIR_ENV,
     RUNSC_GLOBAL_FLAGS_ENV,
     SPEC_DIRS_ENV,
     TOOLKIT_DIR_ENV,
@@ -39,7 +42,6 @@ from ateom.settings import (
 )
 
 DEFAULT_SOCKET = "/run/ateom/ateom.sock"
-DEFAULT_RUN_DIR = "/run/ateom"
 DEFAULT_PAUSE_CONTAINER = "_pause"
 # gRPC threads no lifecycle call may take: Health (the Pod's liveness probe)
 # and Inspect answer even while every lifecycle slot waits on a slow runsc.
@@ -109,7 +111,7 @@ _FLAGS: tuple[tuple[str, str, str, object, str], ...] = (
     ("--tls-key", "ATEOM_TLS_KEY", "str", "", "PEM private key of --tls-cert (unencrypted)"),
     ("--tls-client-ca", "ATEOM_TLS_CLIENT_CA", "str", "",
      "PEM CA certificate(s): --listen serves only clients with a certificate they signed"),
-    ("--actors-root", "ATEOM_ACTORS_ROOT", "str", "", "every ActorDirs path must be under it"),
+    ("--actors-root", ACTORS_ROOT_ENV, "str", "", "every ActorDirs path must be under it"),
     ("--runsc", "ATEOM_RUNSC", "str", "runsc", "the runsc binary ateom executes"),
     ("--runsc-dir", "ATEOM_RUNSC_DIR", "str", "",
      "a request's runsc_path may name a binary under this directory"),
@@ -130,7 +132,7 @@ _FLAGS: tuple[tuple[str, str, str, object, str], ...] = (
      "seconds between SIGTERM and SIGKILL when terminating an actor"),
     ("--log-format", "ATEOM_LOG_FORMAT", "str", "json", "json or console"),
     ("--log-level", "ATEOM_LOG_LEVEL", "str", "info", "debug, info, warning, error"),
-    ("--run-dir", "ATEOM_RUN_DIR", "str", DEFAULT_RUN_DIR,
+    ("--run-dir", RUN_DIR_ENV, "str", DEFAULT_RUN_DIR,
      "runsc state, logs and generated CDI specs live here"),
     ("--pause-container", "ATEOM_PAUSE_CONTAINER", "str", DEFAULT_PAUSE_CONTAINER,
      "name of the sandbox's root container bundle"),
@@ -246,6 +248,8 @@ def from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None
 
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
+# A unix socket's sun_path holds 108 bytes, its terminating NUL among them.
+SOCKET_PATH_MAX = 107
 # The pause container names a bundle dir and a runsc container id.
 _SAFE_COMPONENT = re.compile(r"^[A-Za-z0-9._-]{1,63}$")
 
@@ -285,6 +289,9 @@ def check_config(config: DaemonConfig) -> DaemonConfig:
                   " of letters, digits, '.', '_' or '-'")
     if not config.socket:
         raise bad("--socket: must not be empty")
+    if len(os.fsencode(config.socket)) > SOCKET_PATH_MAX:
+        raise bad(f"--socket {config.socket}: {len(os.fsencode(config.socket))} bytes; a unix"
+                  f" socket's path is at most {SOCKET_PATH_MAX}")
     if config.runsc_dir and not os.path.isabs(config.runsc_dir):
         raise bad(f"--runsc-dir {config.runsc_dir!r}: must be an absolute path")
     return config

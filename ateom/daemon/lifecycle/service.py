@@ -39,7 +39,7 @@ from ateom.daemon.bundles.plan import (
     SandboxPlanner,
 )
 from ateom.daemon.bundles.store import BundleStore
-from ateom.daemon.calls import validation
+from ateom.daemon.calls import sandbox_exits, validation
 from ateom.daemon.calls.phases import phase
 from ateom.daemon.calls.requests import (
     ActorRef,
@@ -53,6 +53,7 @@ from ateom.daemon.calls.requests import (
 from ateom.daemon.gpus import compat_record
 from ateom.daemon.gpus.lifecycle import GpuActors, GpuSave
 from ateom.daemon.gpus.pool import GpuPool
+from ateom.daemon.lifecycle import readiness
 from ateom.daemon.lifecycle.config import DaemonConfig
 from ateom.daemon.lifecycle.release import Releases
 from ateom.daemon.sandbox import save
@@ -76,7 +77,7 @@ class AteomService:
         self.reaper = reaper or default_reaper()
         self.environ: Mapping[str, str] = dict(config.env or os.environ)
         self.admission = Admission(config.lifecycle_slots)
-        self.actors = ActorTable(config.max_actors)
+        self.actors = ActorTable(config.max_actors, on_exited=self._exited_on_its_own)
         self.injector: Injector = injector or CdiInjector(config.node)
         self.catalog = DeviceCatalog(config.node, SpecGenerator(
             self.reaper, config.node, config.generated_cdi_dir, self.environ,
@@ -85,11 +86,11 @@ class AteomService:
                                       pause_container=config.pause_container,
                                       catalog=self.catalog, injector=self.injector)
         self.bundles = BundleStore(config.actors_root, config.run_dir)
-        self.hosting = Hosting(config, self.reaper, self.bundles, self.injector)
+        self.hosting = Hosting(config, self.reaper, self.bundles, self.injector, self.actors)
         pool = GpuPool(parse_placement(config.gpu.placement), lambda: GpuActors.gatherer(
             self.reaper, config.node, config.gpu.proc_root, self.environ))
         self.gpus = GpuActors(pool, config.node, config.gpu, actors_root=config.actors_root,
-                              environ=self.environ)
+                              environ=self.environ, reaper=self.reaper)
         self.releases = Releases(self.hosting, self.gpus, self.actors)
         self.janitor = LogJanitor(
             config.log_root, max_bytes=config.log_max_bytes, retention=config.log_retention,
@@ -120,6 +121,11 @@ class AteomService:
         return validation.check_runsc_path(requested, configured, self.config.runsc_dir,
                                            resolved=resolved)
 
+    def not_ready(self) -> tuple[str, ...]:
+        """Why no actor can run now, one line each (`readiness`; probes runsc, stats
+        the dirs); () when one can. Health is SERVING only then."""
+        return readiness.check(self.config, self.probe)
+
     def _validate_start(self, req: RunRequest | RestoreRequest) -> RunscInfo:
         """Request checks before any side effect; the runsc to run, probed."""
         root, pause = self.config.actors_root, self.config.pause_container
@@ -128,6 +134,12 @@ class AteomService:
         else:
             validation.check_restore(req, root, pause=pause)
         info = self.probe(self._allowed_runsc(req.runsc_path))
+        problems = [*self.not_ready(),
+                    *readiness.flag_problems(info, self.config.runsc_global_flags)]
+        if problems:
+            raise AteomError("this worker cannot run actors now: "
+                             + "; ".join(dict.fromkeys(problems)),
+                             code=ErrorCode.FAILED_PRECONDITION)
         validation.check_dirs_on_disk(req.dirs, root)
         if isinstance(req, RestoreRequest) and req.containers and not info.restores_subcontainers:
             raise AteomError(
@@ -156,6 +168,7 @@ class AteomService:
                 plan = self.planner.plan(uid, req.dirs, req.containers, info, view,
                                          tools=self.gpus.tools(view), cpu_milli=req.cpu_milli,
                                          memory_bytes=req.memory_bytes)
+                self.gpus.check_control_nodes(uid, plan.gpu, op.value)
             self.hosting.host(actor, plan, self.hosting.runsc_for(uid, info, gpu=plan.gpu), image)
             if image is not None and discard_image:
                 save.discard(image, beneath=self.config.actors_root)
@@ -179,6 +192,16 @@ class AteomService:
         actor.predecessors += [d for d in self.actors.dying()
                                if booked & set(d.yielded_gpus) and d not in actor.predecessors]
         return view
+
+    def _exited_on_its_own(self, actor: Actor) -> None:
+        """A running actor's sandbox ended on its own (the reaper saw it, or a call on
+        the actor found it so): its GPUs go back at once, since a dead sandbox cannot
+        use them; it stays listed as exited, holding its slot, until terminated."""
+        uid = actor.ref.actor_uid
+        freed = self.gpus.pool.release(uid)
+        sandbox_exits.exited("on_its_own")
+        log.warning("actor_exited", actor_uid=uid, exit_code=actor.sandbox_exit,
+                    gpus_released=list(freed))
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -221,6 +244,8 @@ class AteomService:
                 with phase("gpu.prepare"):  # refusals: before the sandbox is touched
                     gpu = self.gpus.prepare_save(actor)
                 image = req.dirs.checkpoint_dir
+                with phase("image.room"):  # a save that cannot fit is not begun
+                    self._check_room(actor, image, gpu)
                 with phase("image.prepare"):
                     save.make_image_dir(image)
                 assert actor.sandbox is not None
@@ -233,10 +258,32 @@ class AteomService:
                 except BaseException as exc:
                     stopped.close()
                     self.releases.release(actor, grace=0)
+                    sandbox_exits.exited("failed_save")
                     raise _terminated_by_failed_checkpoint(uid, exc) from exc
                 self.releases.after_checkpoint(actor, stopped)
                 log.info("actor_checkpointed", files=list(files), gpu=gpu is not None)
                 return CheckpointResult(files)
+
+    def _check_room(self, actor: Actor, image: str, gpu: GpuSave | None) -> None:
+        """Refuse (RESOURCE_EXHAUSTED) a checkpoint whose image cannot fit in the
+        checkpoint dir's filesystem: the actor's memory from runsc's stats, and for
+        a GPU actor the device memory its sandbox holds (runs runsc; nvidia-smi only
+        when the disk has less room than every byte of the actor's GPUs would need)."""
+        uid = actor.ref.actor_uid
+        memory = stats.memory_in_use(actor, uid)
+        gpu_memory = 0
+        if gpu is not None:
+            bound = self.gpus.device_memory_bound(actor)
+            with contextlib.suppress(OSError):  # `check_room` below says why
+                if bound is not None and \
+                        save.free_bytes(image)[0] >= save.image_bytes_needed(memory, bound):
+                    return  # fits even with every GPU byte in the image
+            gpu_memory = self.gpus.device_memory(actor)
+        what = f"memory {memory / save.MiB:.1f} MiB"
+        if gpu_memory:
+            what += f" + GPU memory {gpu_memory / save.MiB:.1f} MiB"
+        what += " + margin"
+        save.check_room(image, save.image_bytes_needed(memory, gpu_memory), uid, what=what)
 
     def _save(self, actor: Actor, image: str, gpu: GpuSave | None, *,
               meanwhile: Callable[[], None]) -> tuple[str, ...]:
@@ -244,18 +291,24 @@ class AteomService:
         written meanwhile); `meanwhile` runs while runsc saves."""
         sandbox, uid = actor.sandbox, actor.ref.actor_uid
         assert sandbox is not None
+        beneath = self.config.actors_root
+
+        def reaped() -> bool:
+            return actor.sandbox_exit is not None
+
         if gpu is None:
-            return save.save(sandbox, image, uid, meanwhile=meanwhile)
+            return save.save(sandbox, image, uid, beneath=beneath, meanwhile=meanwhile,
+                             reaped=reaped)
 
         def saving(stage_record: Callable[[], None]) -> tuple[str, ...]:
             def during() -> None:
                 stage_record()  # first: its fsync is what takes time
                 meanwhile()
-            return save.save(sandbox, image, uid, flags=gpu.flags, phase_name="cuda-checkpoint",
-                             meanwhile=during, timeout=self.config.gpu.cuda_checkpoint_timeout)
+            return save.save(sandbox, image, uid, beneath=beneath, flags=gpu.flags,
+                             phase_name="cuda-checkpoint", meanwhile=during,
+                             timeout=self.config.gpu.cuda_checkpoint_timeout, reaped=reaped)
 
-        return compat_record.save_with_record(saving, image, gpu.record,
-                                              beneath=self.config.actors_root)
+        return compat_record.save_with_record(saving, image, gpu.record, beneath=beneath)
 
     def terminate_workload(self, req: TerminateRequest) -> None:
         uid = req.actor.actor_uid
@@ -353,10 +406,11 @@ class AteomService:
 
 def _terminated_by_failed_checkpoint(uid: str, exc: BaseException) -> BaseException:
     """The error a Checkpoint returns when the save failed and left the sandbox in a
-    state no one should resume: the actor was terminated, and this says why."""
-    if not isinstance(exc, AteomError):
+    state no one should resume (dead, not answering, or saved without what makes
+    the image usable): the actor was terminated, its GPUs and slot are free, and
+    this says why. DATA_LOSS: what the actor held in memory is gone."""
+    if isinstance(exc, save.SandboxLost) or not isinstance(exc, AteomError):
         return exc
-    why = str(exc)  # a RunscError's says the command, runsc's reason and its log's tail
     return AteomError(f"checkpoint of actor {uid} failed and the actor was terminated"
-                      f" (nothing was saved): {why}", code=exc.code)
-
+                      f" (nothing was saved; its GPUs and slot are free): {exc}",
+                      code=ErrorCode.DATA_LOSS)

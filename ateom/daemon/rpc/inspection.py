@@ -53,6 +53,8 @@ class ActorStatus:
     sandbox_exited: bool
     gpus: tuple[str, ...] = ()
     checkpoint_blocker: str = ""  # "" when a Checkpoint would be tried now
+    exit_code: int = 0  # when sandbox_exited (negative: killed by that signal)
+    exited_at_unix_nano: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +70,7 @@ class DaemonStatus:
     spec_dirs: tuple[str, ...]
     gpu_placement: str = ""
     placement: PlacementSnapshot | None = None
+    not_ready: tuple[str, ...] = ()  # why Health is NOT_SERVING
 
 
 def doctor_config(config: DaemonConfig, spec_dirs: Sequence[str]) -> DoctorConfig:
@@ -76,7 +79,8 @@ def doctor_config(config: DaemonConfig, spec_dirs: Sequence[str]) -> DoctorConfi
     node = dataclasses.replace(config.node, spec_dirs=tuple(spec_dirs))
     return DoctorConfig(node=node, gpu=config.gpu, runsc=config.runsc,
                         runsc_global_flags=config.runsc_global_flags,
-                        max_actors=config.max_actors)
+                        max_actors=config.max_actors, actors_root=config.actors_root,
+                        run_dir=config.run_dir)
 
 
 class Inspector:
@@ -86,7 +90,9 @@ class Inspector:
     def __init__(self, config: DaemonConfig, *, actors: ActorTable, admission: Admission,
                  catalog: DeviceCatalog, injector: Injector, reaper: Reaper,
                  probe: Callable[[str], RunscInfo], environ: Mapping[str, str],
-                 gpus: GpuActors) -> None:
+                 gpus: GpuActors,
+                 not_ready: Callable[[], tuple[str, ...]] = lambda: ()) -> None:
+        self.not_ready = not_ready
         self.config = config
         self.gpus = gpus
         self.actors = actors
@@ -102,7 +108,8 @@ class Inspector:
         """The inspector over a lifecycle service's own parts."""
         return cls(service.config, actors=service.actors, admission=service.admission,
                    catalog=service.catalog, injector=service.injector, reaper=service.reaper,
-                   probe=service.probe, environ=service.environ, gpus=service.gpus)
+                   probe=service.probe, environ=service.environ, gpus=service.gpus,
+                   not_ready=service.not_ready)
 
     def actors_now(self) -> tuple[ActorStatus, ...]:
         """Each hosted actor, its GPUs, and whether it could be checkpointed now."""
@@ -117,7 +124,9 @@ class Inspector:
                 why = blocker.message if blocker is not None else ""
             out.append(ActorStatus(a.ref, a.phase.value, a.containers, a.devices,
                                    a.sandbox_exit is not None,
-                                   self.gpus.pool.held_by(a.ref.actor_uid), why))
+                                   self.gpus.pool.held_by(a.ref.actor_uid), why,
+                                   exit_code=a.sandbox_exit or 0,
+                                   exited_at_unix_nano=a.exited_at_unix_nano))
         return tuple(out)
 
     def status(self) -> DaemonStatus:
@@ -139,6 +148,7 @@ class Inspector:
             spec_dirs=self.catalog.spec_dirs(),
             gpu_placement=str(self.gpus.pool.settings),
             placement=self.gpus.pool.snapshot(),
+            not_ready=self.not_ready(),
         )
 
     def devices(self) -> Registry:
@@ -218,7 +228,8 @@ def hosted_actor(a: ActorStatus) -> pb.HostedActor:
                           containers=list(a.containers), devices=list(a.devices),
                           sandbox_exited=a.sandbox_exited, gpus=list(a.gpus),
                           checkpointable=not a.checkpoint_blocker,
-                          checkpoint_blocker=a.checkpoint_blocker)
+                          checkpoint_blocker=a.checkpoint_blocker, exit_code=a.exit_code,
+                          exited_at_unix_nano=a.exited_at_unix_nano)
 
 
 def gpu_holders(snapshot: PlacementSnapshot | None) -> list[pb.GpuHolders]:
@@ -230,7 +241,7 @@ def gpu_holders(snapshot: PlacementSnapshot | None) -> list[pb.GpuHolders]:
 
 def status_response(status: DaemonStatus) -> pb.GetStatusResponse:
     """DaemonStatus -> wire (pure)."""
-    runsc = pb.RunscStatus()
+    runsc = pb.RunscStatus(error=status.runsc_error)
     if status.runsc is not None:
         build = runsc_build(status.runsc)
         runsc = pb.RunscStatus(path=status.runsc.path, version=status.runsc.version,
@@ -248,6 +259,7 @@ def status_response(status: DaemonStatus) -> pb.GetStatusResponse:
         spec_dirs=list(status.spec_dirs),
         gpu_placement=status.gpu_placement,
         gpus=gpu_holders(status.placement),
+        not_ready=list(status.not_ready),
     )
 
 

@@ -2,14 +2,16 @@
 
 One `Metrics` object per daemon, on its own registry (not the client library's
 global one), so tests and two daemons in one process never share counters.
-The daemon feeds it from its two seams, whose observer signatures these
+The daemon feeds it from its seams, whose observer signatures these
 methods match exactly:
 
 - ``ateom.daemon.rpc.handler.RPC_OBSERVERS``: ``metrics.observe_rpc(method, code, seconds)``;
 - ``ateom.daemon.calls.phases.PHASE_OBSERVERS``: ``metrics.observe_phase(phase, seconds, ok)``;
 - ``ateom.daemon.calls.refusals.REFUSAL_OBSERVERS``: ``metrics.observe_refusal(kind, reason)``;
+- ``ateom.daemon.calls.sandbox_exits.SANDBOX_EXIT_OBSERVERS``:
+  ``metrics.observe_sandbox_exit(cause)``;
 
-(`attach_to_daemon` appends all three), and reads three things at scrape
+(`attach_to_daemon` appends all four), and reads three things at scrape
 time, so no code path has to remember to update them: the hosted-actor count
 (`track_hosted_actors`), the injector's SONAME cache (`track_soname_cache`)
 and who holds which GPU (`track_placement`).
@@ -34,7 +36,7 @@ from prometheus_client.exposition import start_http_server
 from prometheus_client.registry import Collector
 
 from ateom import __version__
-from ateom.daemon.calls import phases, refusals
+from ateom.daemon.calls import phases, refusals, sandbox_exits
 from ateom.daemon.rpc import handler
 from ateom.errors import AteomError, ErrorCode
 from ateom.gpuinfo.placement import PlacementSnapshot
@@ -54,6 +56,7 @@ PHASES = (
     "capacity.wait",  # a Run/Restore that took a checkpointed actor's slot or GPUs: its exit
     "release",  # after a checkpoint is answered: the sandbox reaped, GPUs freed
     "sandbox.exit",  # in a release: until the checkpointed sandbox's processes exited
+    "sandbox.kill",  # a teardown of a sandbox that did not answer runsc: killed by pid
     "starts.wait",  # in a release, its sandbox gone: until no Run/Restore is in flight
     "plan",
     "inject",  # CDI resolution + bundle injection, per container
@@ -65,9 +68,12 @@ PHASES = (
     "runsc.start",
     "cuda-checkpoint",  # runsc running cuda-checkpoint in the sandbox, before a GPU save
     "gpu.prepare",  # a checkpoint's GPU checks and record, before the sandbox is touched
+    "image.room",  # the checkpoint's image size against the dir's free space
     "image.prepare",  # the checkpoint dir made
     "runsc.checkpoint",
     "image.list",  # the files the save wrote
+    "image.clear",  # after a failed save: the files it wrote removed
+    "save.settle",  # after a failed save: until the sandbox exited, or runs on
     "record.write",  # the GPU compatibility record put in place (staged during the save)
     "runsc.restore",
     "image.discard",  # the consumed restore image set aside (removed after the answer)
@@ -125,6 +131,14 @@ class Metrics:
             "refusals",
             "Requests ateom turned down on purpose, by decision and reason.",
             ["kind", "reason"],
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
+        # cause: "on_its_own", "failed_save" (ateom.daemon.calls.sandbox_exits): bounded.
+        self.sandbox_exits = Counter(
+            "sandbox_exits",
+            "Sandboxes that ended without being asked to, by cause.",
+            ["cause"],
             namespace=NAMESPACE,
             registry=self.registry,
         )
@@ -194,6 +208,10 @@ class Metrics:
     def observe_refusal(self, kind: str, reason: str) -> None:
         """Count one refusal (`ateom.daemon.calls.refusals.refused`)."""
         self.refusals.labels(kind=kind, reason=reason).inc()
+
+    def observe_sandbox_exit(self, cause: str) -> None:
+        """Count one sandbox that ended unasked (`ateom.daemon.calls.sandbox_exits`)."""
+        self.sandbox_exits.labels(cause=cause).inc()
 
     # -- state ------------------------------------------------------------------
 
@@ -270,11 +288,13 @@ class _PlacementCollector(Collector):
 
 
 def attach_to_daemon(metrics: Metrics) -> Callable[[], None]:
-    """Subscribe `metrics` to the daemon's RPC, phase and refusal seams; returns the undo."""
+    """Subscribe `metrics` to the daemon's RPC, phase, refusal and sandbox-exit seams;
+    returns the undo."""
     seams: tuple[tuple[list[Any], Any], ...] = (
         (handler.RPC_OBSERVERS, metrics.observe_rpc),
         (phases.PHASE_OBSERVERS, metrics.observe_phase),
         (refusals.REFUSAL_OBSERVERS, metrics.observe_refusal),
+        (sandbox_exits.SANDBOX_EXIT_OBSERVERS, metrics.observe_sandbox_exit),
     )
     for observers, observer in seams:
         observers.append(observer)

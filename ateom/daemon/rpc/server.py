@@ -30,6 +30,7 @@ from ateom._proto import ateom_pb2 as pb
 from ateom._proto import ateom_pb2_grpc as pb_grpc
 from ateom.daemon.calls import validation
 from ateom.daemon.lifecycle.config import DaemonConfig
+from ateom.daemon.lifecycle.readiness import RECHECK_INTERVAL
 from ateom.daemon.lifecycle.service import AteomService
 from ateom.daemon.rpc import wire
 from ateom.daemon.rpc.handler import add_servicer, rpc
@@ -85,14 +86,23 @@ class AteomServicer(pb_grpc.AteomServicer):
 def prepare_socket(path: str) -> None:
     """Parent dir made 0700 when ateom creates it (an existing one is left as it is:
     it may be shared, like /tmp); a stale socket is removed, anything else in
-    the way is refused."""
+    the way is refused; a place no unix socket can be bound is refused, naming
+    why (FAILED_PRECONDITION)."""
     parent = os.path.dirname(path) or "."
-    if not os.path.isdir(parent):
-        os.makedirs(parent, mode=0o700, exist_ok=True)
-        os.chmod(parent, 0o700)  # makedirs' mode is filtered by the umask
+    if os.path.lexists(parent) and not os.path.isdir(parent):
+        raise AteomError(f"--socket {path}: {parent} is not a directory",
+                         code=ErrorCode.FAILED_PRECONDITION)
+    try:
+        if not os.path.isdir(parent):
+            os.makedirs(parent, mode=0o700, exist_ok=True)
+            os.chmod(parent, 0o700)  # makedirs' mode is filtered by the umask
+    except OSError as exc:
+        raise AteomError(f"--socket {path}: cannot make its directory {parent}:"
+                         f" {exc.strerror}", code=ErrorCode.FAILED_PRECONDITION) from None
     try:
         st = os.lstat(path)
     except FileNotFoundError:
+        _check_bindable(path)
         return
     if not stat.S_ISSOCK(st.st_mode):
         raise AteomError(f"--socket {path}: exists and is not a socket; refusing to replace it",
@@ -103,6 +113,22 @@ def prepare_socket(path: str) -> None:
                          " replace it", code=ErrorCode.FAILED_PRECONDITION)
     os.unlink(path)
     log.info("stale_socket_removed", path=path)
+    _check_bindable(path)
+
+
+def _check_bindable(path: str) -> None:
+    """Bind (then remove) a socket at `path`: grpc's own failure says only "Failed
+    to bind", with the reason in its C log."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.bind(path)
+    except OSError as exc:
+        raise AteomError(f"--socket {path}: cannot bind a unix socket there: {exc.strerror}",
+                         code=ErrorCode.FAILED_PRECONDITION) from None
+    finally:
+        probe.close()
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
 
 
 def _accepts_connections(path: str) -> bool:
@@ -195,12 +221,39 @@ class RunningServer:
     service: AteomService
     socket: str
     tcp_port: int | None
+    problems: tuple[str, ...] = ()  # why not SERVING, as last judged
 
     def set_serving(self, serving: bool) -> None:
         status = (health_pb2.HealthCheckResponse.SERVING if serving
                   else health_pb2.HealthCheckResponse.NOT_SERVING)
         for name in ("", *SERVICE_NAMES):
             self.health.set(name, status)
+
+    def judge_readiness(self, said: tuple[str, ...] | None = None) -> tuple[str, ...]:
+        """Health SERVING when serving and nothing stands in the way of a Run
+        (`AteomService.not_ready`), NOT_SERVING otherwise; logs each change of
+        verdict (`said`: the problems last logged). Returns the problems now."""
+        problems = self.service.not_ready()
+        self.set_serving(self.service.state == "serving" and not problems)
+        if problems != said:
+            if problems:
+                log.error("not_ready", problems=list(problems))
+            elif said is not None:
+                log.info("ready_again")
+        return problems
+
+    def watch_readiness(self, stop: threading.Event) -> threading.Thread:
+        """Look again every `RECHECK_INTERVAL` s until `stop`, so a mended fault
+        turns the worker SERVING without a restart."""
+        def loop() -> None:
+            while not stop.wait(RECHECK_INTERVAL):
+                if self.service.state != "serving":
+                    return  # draining: NOT_SERVING for good
+                self.problems = self.judge_readiness(self.problems)
+
+        thread = threading.Thread(target=loop, name="readiness", daemon=True)
+        thread.start()
+        return thread
 
     def stop(self, grace: float | None = 1.0) -> None:
         self.server.stop(grace).wait()
@@ -212,8 +265,11 @@ def start_server(config: DaemonConfig, service: AteomService) -> RunningServer:
     """Bind, register services, start; health SERVING. (Reads the TLS files, binds sockets.)"""
     tcp_creds = tcp_credentials(config)  # before anything is bound or created
     prepare_socket(config.socket)
-    os.makedirs(config.state_root, mode=0o700, exist_ok=True)
-    os.makedirs(config.log_root, mode=0o750, exist_ok=True)
+    # Made here if missing; when they cannot be, the daemon serves NOT_SERVING and
+    # says why (`readiness`) until they can.
+    for path, mode in ((config.state_root, 0o700), (config.log_root, 0o750)):
+        with contextlib.suppress(OSError):
+            os.makedirs(path, mode=mode, exist_ok=True)
     # More threads than the service has call slots: Health and Inspect keep
     # theirs when every slot waits on runsc (see `ateom.daemon.actors.admission`).
     server = grpc.server(
@@ -231,6 +287,9 @@ def start_server(config: DaemonConfig, service: AteomService) -> RunningServer:
     old_umask = os.umask(0o117)  # socket created 0660
     try:
         server.add_insecure_port(f"unix:{config.socket}")
+    except RuntimeError:  # grpc's "Failed to bind": `prepare_socket` bound it just now
+        raise AteomError(f"--socket {config.socket}: cannot bind (taken meanwhile?)",
+                         code=ErrorCode.FAILED_PRECONDITION) from None
     finally:
         os.umask(old_umask)
     os.chmod(config.socket, 0o660)
@@ -246,12 +305,13 @@ def start_server(config: DaemonConfig, service: AteomService) -> RunningServer:
                 os.unlink(config.socket)
             raise AteomError(f"--listen {config.listen}: cannot bind (in use, or not a"
                              " HOST:PORT this machine has)", code=ErrorCode.FAILED_PRECONDITION)
-    server.start()
     running = RunningServer(server, health_servicer, service, config.socket, tcp_port)
+    running.set_serving(False)  # until readiness has been judged
+    server.start()
     service.state = "serving"
-    running.set_serving(True)
     log.info("serving", socket=config.socket, listen=config.listen or None,
              max_actors=config.max_actors, runsc=config.runsc, pid=os.getpid())
+    running.problems = running.judge_readiness()
     return running
 
 
@@ -272,12 +332,16 @@ def serve(config: DaemonConfig, service: AteomService | None = None) -> int:
     if config.metrics_listen:
         metrics_server = start_daemon_metrics(config.metrics_listen, service)
         log.info("metrics", listen=config.metrics_listen, port=metrics_server.port)
+    prepare_socket(config.socket)  # a socket it cannot serve on is said before anything
     service.reconcile()  # what a dead predecessor left, before SERVING
     service.janitor.start()
     running = start_server(config, service)
-    log.info("ready", startup_ms=round((time.perf_counter() - started) * 1000, 3))
+    if not running.problems:
+        log.info("ready", startup_ms=round((time.perf_counter() - started) * 1000, 3))
+    watcher = running.watch_readiness(stop)
     while not stop.wait(0.2):
         pass
+    watcher.join(timeout=RECHECK_INTERVAL + 1)
     running.set_serving(False)
     service.drain(config.shutdown_grace)
     running.stop(grace=1.0)

@@ -23,6 +23,7 @@ class Sandbox:
     runsc: Runsc
     plan: SandboxPlan
     applied: list[ContainerPlan] = field(default_factory=list)
+    pid: int = 0  # the sandbox process, once its root is up
 
 
 def pid_file(runsc: Runsc, runsc_id: str) -> str:
@@ -64,6 +65,7 @@ def boot(sandbox: Sandbox, containers: Sequence[ContainerPlan], image_path: str 
         if c.is_sandbox:
             pid = read_pid(pids)
             if pid:
+                sandbox.pid = pid
                 on_sandbox_pid(pid)
 
 

@@ -4,6 +4,15 @@ runsc saves the whole sandbox through its root container and leaves it
 running or stopped depending on the release; ateom then tears it down and
 reports the files the save wrote (new or changed), not what an earlier call
 left in the same directory.
+
+Before: `check_room`, the image must fit (nothing is paused for a save that
+cannot). After a failed save, the answer follows what became of the sandbox,
+found out, not guessed from runsc's exit code (`fate`): a save that failed
+after runsc paused the sandbox (a full disk, runsc killed) leaves it paused
+for a second or two and then it exits by itself (release-20260817; runsc
+state says "running" all along); one that failed before (its image file
+could not even be created) leaves it running. Either way the files the
+failed save wrote are removed.
 """
 
 from __future__ import annotations
@@ -12,14 +21,39 @@ import os
 import secrets
 import shutil
 import threading
+import time
 from collections.abc import Callable, Sequence
+
+import structlog
 
 from ateom import safefs
 from ateom.daemon.calls.answer import after_answer
 from ateom.daemon.calls.phases import phase
 from ateom.daemon.sandbox.boot import Sandbox
 from ateom.errors import AteomError, ErrorCode, quote
-from ateom.runsc.commands import RunscError
+from ateom.process.exits import alive as process_alive
+from ateom.process.exits import wait_exited
+from ateom.runsc.commands import RunscError, RunscTimeout
+
+log = structlog.get_logger("ateom.save")
+
+MiB = 1 << 20
+
+# What an image needs beyond the actor's memory as runsc reports it. Measured
+# (release-20260817, busybox actors of 8 MiB to 256 MiB held in /dev/shm,
+# -exclude-committed-zero-pages): the image was the reported memory usage
+# minus 1.8 MB every time (pages.img holds the committed pages, checkpoint.img
+# ~185 KB of kernel state), so the usage alone covers it; the margin is for
+# what the actor allocates between the sample and the pause, and the
+# filesystem's own blocks (docs/operations.md, "What ateom promises under faults").
+IMAGE_MARGIN_BYTES = 16 * MiB
+IMAGE_MARGIN_SHARE = 0.05
+
+# How long a failed save's sandbox is given to exit before it is judged alive.
+# Measured on release-20260817 (benchmarks/bench_faults.py): 1.2-1.7 s from the
+# failed save's return to the sandbox's exit, whatever its size; one that runs
+# on never exits.
+SETTLE_AFTER_FAILED_SAVE = 3.0
 
 FileVersion = tuple[int, int, int, int]  # inode, size, mtime, ctime
 
@@ -114,24 +148,113 @@ def written_files(before: dict[str, FileVersion],
     return tuple(sorted(f for f, v in after.items() if before.get(f) != v))
 
 
+def image_bytes_needed(memory_bytes: int, gpu_memory_bytes: int = 0) -> int:
+    """What a checkpoint image of an actor using this much memory (and GPU memory,
+    which cuda-checkpoint moves into the sandbox's memory before the save) needs
+    on disk (pure)."""
+    held = memory_bytes + gpu_memory_bytes
+    return held + IMAGE_MARGIN_BYTES + int(held * IMAGE_MARGIN_SHARE)
+
+
+def free_bytes(path: str) -> tuple[int, str]:
+    """The free space (for an unprivileged writer: the root-reserved blocks are
+    not counted) of the filesystem `path` will be on, and the existing directory
+    it was measured at (`path` itself, or its nearest existing parent)."""
+    at = os.path.abspath(path)
+    while not os.path.isdir(at) and os.path.dirname(at) != at:
+        at = os.path.dirname(at)
+    st = os.statvfs(at)
+    return st.f_bavail * st.f_frsize, at
+
+
+def check_room(image_path: str, need: int, uid: str, *, what: str) -> None:
+    """RESOURCE_EXHAUSTED, naming both sizes and the dir, when the checkpoint dir's
+    filesystem has less free space than `need` (stats the filesystem; writes nothing)."""
+    try:
+        free, at = free_bytes(image_path)
+    except OSError as exc:
+        raise AteomError(f"actor_dirs.checkpoint_dir {quote(image_path)}: cannot measure its"
+                         f" free space: {exc.strerror}; actor {uid} keeps running",
+                         code=ErrorCode.FAILED_PRECONDITION) from None
+    if free < need:
+        raise AteomError(
+            f"checkpoint of actor {uid} refused before anything was paused, it keeps running:"
+            f" its image needs about {need / MiB:.1f} MiB ({what}) and"
+            f" {quote(image_path)} has {free / MiB:.1f} MiB free (measured at {quote(at)})",
+            code=ErrorCode.RESOURCE_EXHAUSTED)
+
+
 class SaveRefused(AteomError):
     """runsc would not save the sandbox and it is still running: nothing is lost."""
 
     code = ErrorCode.FAILED_PRECONDITION
 
 
-def save(sandbox: Sandbox, image_path: str, uid: str, *, flags: Sequence[str] = (),
-         phase_name: str = "runsc.checkpoint", timeout: float | None = None,
-         meanwhile: Callable[[], None] | None = None) -> tuple[str, ...]:
+class SandboxLost(AteomError):
+    """A save failed and the sandbox did not survive it (it exited, or it no longer
+    answers runsc): the actor's state is lost. The caller tears it down."""
+
+    code = ErrorCode.DATA_LOSS
+
+
+def fate(sandbox: Sandbox, reaped: Callable[[], bool], *, settle: float | None = None) -> str:
+    """After a failed save: "" when the sandbox runs on, else what became of it.
+
+    Waits (up to `settle` s, woken by a pidfd) for the sandbox process to exit,
+    as it does a second or two after a save that failed once runsc had paused
+    it; then asks runsc that every container is running, not paused, its
+    process alive (each call bounded). `reaped`: whether the daemon's reaper
+    has seen the sandbox exit.
+    """
+    settle = SETTLE_AFTER_FAILED_SAVE if settle is None else settle
+    started = time.monotonic()
+    if reaped() or (sandbox.pid and not wait_exited([sandbox.pid], settle)):
+        return (f"its sandbox exited {time.monotonic() - started:.1f} s after the failed"
+                " save")
+    for c in sandbox.plan.containers:
+        try:
+            state = sandbox.runsc.state(c.runsc_id)
+        except RunscTimeout:
+            return "its sandbox no longer answers runsc after the failed save"
+        status, pid = str(state.get("status") or "unknown"), state.get("pid")
+        if status != "running":
+            return f"its container {c.name} is {status} after the failed save"
+        if not (isinstance(pid, int) and pid > 0 and process_alive(pid)):
+            return (f"its container {c.name}'s process is gone after the failed save"
+                    " (runsc state still says running)")
+    return ""
+
+
+def remove_written(image_path: str, before: dict[str, FileVersion], *, beneath: str) -> list[str]:
+    """Remove what a failed save wrote into `image_path` (new or changed files since
+    `before`), each through its directory's fd walked from `beneath`, never
+    following a symlink; the names removed."""
+    removed = []
+    for name in written_files(before, file_versions(image_path)):
+        parent, base = os.path.split(os.path.join(os.path.normpath(image_path), name))
+        try:
+            with safefs.open_dir(parent, beneath=beneath) as fd:
+                os.unlink(base, dir_fd=fd)
+            removed.append(name)
+        except OSError as exc:
+            log.warning("failed_save_file_left", file=name, error=exc.strerror)
+    return removed
+
+
+def save(sandbox: Sandbox, image_path: str, uid: str, *, beneath: str,
+         flags: Sequence[str] = (), phase_name: str = "runsc.checkpoint",
+         timeout: float | None = None, meanwhile: Callable[[], None] | None = None,
+         reaped: Callable[[], bool] = lambda: False) -> tuple[str, ...]:
     """runsc checkpoint of the sandbox root into `image_path`; the files it wrote.
 
     `meanwhile`: called once runsc checkpoint has started, while it runs
     (`Reaper.run`); what it writes into `image_path` is listed too.
 
-    A failure with the sandbox still running is `SaveRefused` (e.g. a live CUDA
-    context runsc cannot save, or cuda-checkpoint failing and undone: the actor
-    keeps running and can try again); any other failure, a timeout included,
-    is the RunscError, the sandbox in a state no one should resume.
+    A failed save (a timeout included) removes what it wrote and is judged by
+    what became of the sandbox (`fate`): still running, `SaveRefused` (e.g. a
+    checkpoint dir runsc cannot write, a live CUDA context it cannot save: the
+    actor keeps running and can try again); dead or not answering,
+    `SandboxLost`, carrying runsc's reason.
     """
     runsc = sandbox.runsc
     root = sandbox.plan.root_id
@@ -141,12 +264,19 @@ def save(sandbox: Sandbox, image_path: str, uid: str, *, flags: Sequence[str] = 
             runsc.checkpoint(root, image_path, flags=flags, timeout=timeout,
                              meanwhile=meanwhile)
     except RunscError as exc:
-        # Keep or terminate follows what happened to the sandbox, not runsc's
-        # exit code: 20260817 refuses some saves and keeps the sandbox; 20240729
-        # kills it for the same cause (nvproxy.frontendFD is not saveable).
-        if not exc.timed_out and runsc.running(root):
+        with phase("image.clear"):
+            removed = remove_written(image_path, before, beneath=beneath)
+        with phase("save.settle"):
+            lost = fate(sandbox, reaped)
+        said = str(exc) if exc.timed_out else (
+            exc.reason or exc.tail.strip().rsplit("\n", 1)[-1][-300:] or "no reason logged")
+        cleared = (f"; the {len(removed)} file(s) it wrote were removed from"
+                   f" {quote(image_path)}" if removed else "")
+        if not lost:
             raise SaveRefused(f"runsc refused to checkpoint actor {uid}; it keeps running:"
-                              f" {exc.reason}\n{exc.tail}") from exc
-        raise
+                              f" {said}{cleared}\n{exc.tail}") from exc
+        raise SandboxLost(f"checkpoint of actor {uid} failed and the actor was lost: {lost};"
+                          f" runsc: {said}{cleared}; nothing was saved, and its GPUs and slot"
+                          " are free") from exc
     with phase("image.list"):
         return written_files(before, file_versions(image_path))

@@ -5,6 +5,12 @@ sandbox); then any runsc process still running with the actor's ``-root`` is
 killed (a container a failed flow left ``created`` keeps its sandbox after
 ``delete -force``) and the state dir goes, with what runsc mounted in it
 (`state_dir`).
+
+Whatever the sandbox does, a teardown ends: every runsc call in it is bounded
+(`ateom.runsc.commands.CONTROL_TIMEOUT`), and a sandbox that does not answer
+one (its processes stopped, a wedged sentry: runsc's list, kill and delete
+then all hang on it) is SIGKILLed by pid, after which runsc's deletes answer
+at once. So a Terminate takes at most its grace plus a few seconds.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from ateom.daemon.calls.phases import phase
 from ateom.daemon.sandbox.state_dir import remove_state_dir
 from ateom.errors import AteomError, ErrorCode
 from ateom.process.exits import HeldProcesses, wait_exited
-from ateom.runsc.commands import Runsc
+from ateom.runsc.commands import Runsc, RunscTimeout
 
 log = structlog.get_logger("ateom.sandbox")
 
@@ -72,18 +78,24 @@ def _cmdline(pid: str) -> list[bytes]:
 
 
 def _stop(runsc: Runsc, ordered: Sequence[str], grace: float) -> None:
-    """TERM each container, wait up to `grace` for all to stop, then KILL."""
+    """TERM each container, wait up to `grace` for all to stop, then KILL.
+    `RunscTimeout` when the sandbox does not answer (the caller kills it by pid)."""
     if grace > 0 and ordered:
+        end = time.monotonic() + grace
         for name in ordered:
-            runsc.kill(name, "TERM")
-        deadline = time.monotonic() + grace
+            runsc.kill(name, "TERM", timeout=max(end - time.monotonic(), _MIN_CALL))
         waiting = list(ordered)
-        while waiting and time.monotonic() < deadline:
+        while waiting and time.monotonic() < end:
             waiting = [n for n in waiting if runsc.status(n) not in ("stopped", "")]
             if waiting:
                 time.sleep(0.05)
     for name in ordered:
         runsc.kill(name, "KILL")
+
+
+# The least time a runsc call in a teardown is given, however little of the
+# grace is left: runsc's own start-up takes ~10 ms.
+_MIN_CALL = 0.5
 
 
 def _sigkill(pids: Sequence[int]) -> None:
@@ -199,6 +211,16 @@ def teardown(runsc: Runsc, runsc_ids: Sequence[str], grace: float, *,
                                  f" runsc state dir: {'; '.join(left[:5])}")
 
 
+def _delete(runsc: Runsc, name: str) -> None:
+    """runsc delete --force, bounded; one that does not answer is logged and left
+    to the state dir's removal (the sandbox's processes are killed by then)."""
+    with phase("runsc.delete", container=runsc.log_names.get(name, name)):
+        try:
+            runsc.delete(name)
+        except RunscTimeout as exc:
+            log.warning("runsc_delete_unanswered", container=name, error=str(exc))
+
+
 def _delete_checkpointed(runsc: Runsc, runsc_ids: Sequence[str], stopped: StoppedSandbox,
                          on_exited: Callable[[], None] | None) -> None:
     try:
@@ -213,22 +235,32 @@ def _delete_checkpointed(runsc: Runsc, runsc_ids: Sequence[str], stopped: Stoppe
     finally:
         stopped.close()
     for name in runsc_ids:
-        with phase("runsc.delete", container=runsc.log_names.get(name, name)):
-            runsc.delete(name)
+        _delete(runsc, name)
 
 
 def _stop_and_delete(runsc: Runsc, runsc_ids: Sequence[str], grace: float) -> None:
-    listed = runsc.list()
-    known = set(runsc_ids) if listed is None else set(listed)
-    present = [n for n in runsc_ids if n in known]
-    _stop(runsc, list(reversed(present)), grace)  # apps first, sandbox root last
+    try:
+        listed = runsc.list()
+        known = set(runsc_ids) if listed is None else set(listed)
+        present = [n for n in runsc_ids if n in known]
+        _stop(runsc, list(reversed(present)), grace)  # apps first, sandbox root last
+    except RunscTimeout as exc:
+        # The sandbox does not answer runsc (stopped, wedged): nothing asked of it
+        # through runsc would end. Killed by pid, its deletes answer at once.
+        log.warning("sandbox_unresponsive", error=str(exc))
+        with phase("sandbox.kill"):
+            kill_sandbox_processes(runsc.target.root)
+        known = set(runsc_ids)
+        present = list(runsc_ids)
     # Deleted the sandbox root first: that destroys the sandbox and its
     # containers. A sub-container's own delete then may exit 128 ("no control
     # socket found", "connection refused") on runsc 20240729+; that is
     # tolerated, and the state dir goes below either way.
     for name in present:
-        with phase("runsc.delete", container=runsc.log_names.get(name, name)):
-            runsc.delete(name)
+        _delete(runsc, name)
     for name in sorted(known - set(present)):  # containers we never asked for
-        runsc.kill(name, "KILL")
-        runsc.delete(name)
+        try:
+            runsc.kill(name, "KILL")
+        except RunscTimeout:
+            kill_sandbox_processes(runsc.target.root)
+        _delete(runsc, name)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ateom.daemon.actors.table import ActorTable, Op, Phase, next_phase
+from ateom.daemon.actors.table import Actor, ActorTable, Op, Phase, next_phase
 from ateom.daemon.calls.requests import (
     ActorRef,
 )
@@ -21,6 +21,7 @@ def test_transitions(phase: Phase | None, op: Op) -> None:
         (Phase.RUNNING, Op.CHECKPOINT): Phase.CHECKPOINTING,
         (Phase.RUNNING, Op.TERMINATE): Phase.TERMINATING,
         (Phase.RUNNING, Op.STATS): Phase.RUNNING,
+        (Phase.EXITED, Op.TERMINATE): Phase.TERMINATING,  # all one can do with it
     }
     if (phase, op) in allowed:
         assert next_phase(phase, op, "a") is allowed[(phase, op)]
@@ -28,6 +29,60 @@ def test_transitions(phase: Phase | None, op: Op) -> None:
         assert code(next_phase, phase, op, "a") is ErrorCode.NOT_FOUND
     else:
         assert code(next_phase, phase, op, "a") is ErrorCode.FAILED_PRECONDITION
+
+
+def test_an_exited_actor_refuses_everything_but_terminate_naming_the_exit() -> None:
+    with pytest.raises(AteomError) as err:
+        next_phase(Phase.EXITED, Op.CHECKPOINT, "a",
+                   exit_note="its sandbox exited on its own (killed by signal 9) at T")
+    assert err.value.code is ErrorCode.FAILED_PRECONDITION
+    assert "killed by signal 9" in str(err.value) and "terminate it" in str(err.value)
+    assert "in state stopped" not in str(err.value)
+
+
+def _running(table: ActorTable, uid: str) -> Actor:
+    actor = table.admit(ActorRef(uid), Op.RUN)
+    table.up(actor)
+    actor.lock.release()
+    return actor
+
+
+def test_a_running_actor_whose_sandbox_exits_is_exited_and_reported_once() -> None:
+    seen: list[str] = []
+    table = ActorTable(2, on_exited=lambda a: seen.append(a.ref.actor_uid))
+    a = _running(table, "a")
+    table.sandbox_exited(a, -9)
+    assert a.phase is Phase.EXITED and seen == ["a"]
+    assert a.exit_note.startswith("its sandbox exited on its own (killed by signal 9) at ")
+    assert len(table) == 1  # still listed, holding its slot, until terminated
+    with pytest.raises(AteomError, match="killed by signal 9") as err, \
+            table.operate("a", Op.CHECKPOINT, max_wait=1):
+        pass
+    assert err.value.code is ErrorCode.FAILED_PRECONDITION and seen == ["a"]
+    with table.operate("a", Op.TERMINATE, max_wait=1) as actor:
+        assert actor.phase is Phase.TERMINATING
+        table.remove(actor)
+
+
+def test_an_exit_during_a_call_is_the_call_s_to_judge_and_shows_once_it_ends() -> None:
+    seen: list[str] = []
+    table = ActorTable(1, on_exited=lambda a: seen.append(a.ref.actor_uid))
+    a = _running(table, "a")
+    with pytest.raises(AteomError), table.operate("a", Op.CHECKPOINT, max_wait=1):
+        table.sandbox_exited(a, 0)  # e.g. a save that failed and took the sandbox
+        assert a.phase is Phase.CHECKPOINTING and seen == []
+        raise AteomError("refused", code=ErrorCode.FAILED_PRECONDITION)
+    assert a.phase is Phase.EXITED and seen == ["a"]  # not back to running
+
+
+def test_an_exit_while_booting_makes_the_booted_actor_exited() -> None:
+    seen: list[str] = []
+    table = ActorTable(1, on_exited=lambda a: seen.append(a.ref.actor_uid))
+    a = table.admit(ActorRef("a"), Op.RUN)
+    table.sandbox_exited(a, 1)
+    assert a.phase is Phase.BOOTING and seen == []
+    table.up(a)
+    assert a.phase is Phase.EXITED and seen == ["a"]
 
 
 def test_table_admission_and_operate() -> None:

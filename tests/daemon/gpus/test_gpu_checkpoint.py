@@ -88,7 +88,62 @@ def test_a_failed_save_that_killed_the_sandbox_terminates_the_actor_with_the_rea
     w.fake.fail("checkpoint g_pause", "state g_pause")  # failed, and state unknown after
     with pytest.raises(AteomError) as err:
         w.service.checkpoint_workload(CheckpointRequest(actor=ActorRef("g"), dirs=w.dirs("g")))
-    assert "actor was terminated" in str(err.value) and "boom marker" in str(err.value)
+    assert "actor was lost" in str(err.value) and "boom marker" in str(err.value)
+    assert err.value.code is ErrorCode.DATA_LOSS
     assert w.service.actors.get("g") is None
     assert w.holders()["nvidia.com/gpu=0"] == ()
     assert not (tmp_path / "actors/g/ckpt" / RECORD_FILE).exists()  # never reported saved
+
+
+def test_a_gpu_checkpoint_counts_device_memory_only_when_the_disk_is_tight(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ateom.daemon.sandbox import save
+
+    w = GpuWorld(tmp_path)
+    asked: list[str] = []
+
+    def device_memory(actor: object) -> int:
+        asked.append("nvidia-smi")
+        return 1 << 30
+
+    monkeypatch.setattr(w.service.gpus, "device_memory", device_memory)
+    w.service.run_workload(w.run("g", GpuWish(count=1)))
+    actor = w.service.actors.get("g")
+    assert actor is not None
+    bound = w.service.gpus.device_memory_bound(actor)
+    assert bound == 143771 << 20  # the GPU's memory, from the inventory
+    memory = 2 << 20  # the fake runsc's 1 MiB per container
+    free = {"bytes": save.image_bytes_needed(memory, bound)}  # room for every GPU byte
+    monkeypatch.setattr(save, "free_bytes", lambda path: (free["bytes"], path))
+    request = CheckpointRequest(actor=ActorRef("g"), dirs=w.dirs("g"))
+    # The save itself is not what is tested: refused, it keeps the actor.
+    monkeypatch.setattr(w.service, "_save", lambda *a, **k: (_ for _ in ()).throw(
+        save.SaveRefused("stop here")))
+    with pytest.raises(AteomError, match="stop here"):
+        w.service.checkpoint_workload(request)
+    assert asked == []  # room for every byte of its GPU: nvidia-smi not asked
+    free["bytes"] -= 1  # no longer: how much does the sandbox hold?
+    with pytest.raises(AteomError, match="stop here"):
+        w.service.checkpoint_workload(request)
+    assert asked == ["nvidia-smi"]
+    free["bytes"] = save.image_bytes_needed(memory, 1 << 30) - 1  # and it does not fit
+    with pytest.raises(AteomError) as err:
+        w.service.checkpoint_workload(request)
+    assert err.value.code is ErrorCode.RESOURCE_EXHAUSTED
+    assert "GPU memory 1024.0 MiB" in str(err.value)
+
+
+def test_a_record_that_cannot_be_staged_is_written_after_the_save(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ateom.daemon.gpus import compat_record
+
+    def unstageable(directory: str, record: object, *, beneath: str) -> str:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(compat_record, "stage_record", unstageable)
+    w = GpuWorld(tmp_path)
+    w.service.run_workload(w.run("g", GpuWish(count=1)))
+    result = w.service.checkpoint_workload(CheckpointRequest(actor=ActorRef("g"),
+                                                             dirs=w.dirs("g")))
+    assert RECORD_FILE in result.snapshot_files  # the save went on; the record came after
+    assert (tmp_path / "actors/g/ckpt" / RECORD_FILE).exists()

@@ -32,6 +32,7 @@ def running(tmp_path: Path):  # type: ignore[no-untyped-def]
     stale = socket.socket(socket.AF_UNIX)
     stale.bind(str(sock))  # a stale socket from a previous daemon
     stale.close()
+    (tmp_path / "actors").mkdir()  # the node agent's volume
     config = daemon_config(actors_root=str(tmp_path / "actors"), runsc=str(fake.path),
                           run_dir=str(tmp_path / "run"), socket=str(sock),
                           gpu_glob=str(tmp_path / "none*"))

@@ -86,6 +86,7 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
 
 def _config(tmp_path: Path, pki: Pki, **overrides: str) -> DaemonConfig:
     fake = FakeRunsc(tmp_path / "bin")
+    (tmp_path / "actors").mkdir(exist_ok=True)  # the node agent's volume
     config = configs.daemon_config(actors_root=str(tmp_path / "actors"), runsc=str(fake.path),
                           run_dir=str(tmp_path / "run"), socket=str(tmp_path / "s" / "a.sock"),
                           gpu_glob=str(tmp_path / "none*"), listen="127.0.0.1:0",

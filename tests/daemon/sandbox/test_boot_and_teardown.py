@@ -5,8 +5,12 @@ without a daemon around them."""
 from __future__ import annotations
 
 import errno
+import os
+import signal
 import subprocess
+import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,6 +22,7 @@ from ateom.daemon.sandbox.boot import Sandbox, boot
 from ateom.daemon.sandbox.teardown import TeardownIncomplete
 from ateom.process import exits
 from ateom.process.exits import alive
+from ateom.runsc.commands import RunscTimeout
 from tests.support.exiting_process import main_thread_gone
 
 
@@ -33,12 +38,21 @@ class _Target:
 
 
 class RecordingRunsc:
+    """`unanswered`: calls ("list", "kill TERM", "delete app"...) that time out,
+    as every runsc call does on a sandbox whose processes are stopped."""
+
     def __init__(self, root: Path, *, listed: list[str] | None = None,
-                 restore_needs_create: bool = False) -> None:
+                 restore_needs_create: bool = False, unanswered: tuple[str, ...] = ()) -> None:
         self.target = _Target(str(root), _Info(restore_needs_create))
         self.calls: list[str] = []
         self.listed = listed
         self.log_names: dict[str, str] = {}
+        self.unanswered = unanswered
+
+    def _answer(self, call: str) -> None:
+        if any(call == u or call.startswith(u + " ") for u in self.unanswered):
+            self.calls.append(f"{call} (no answer)")
+            raise RunscTimeout(call, "", "u", 3.0)
 
     def create(self, name: str, bundle: str, pid_file: str, **_: object) -> None:
         self.calls.append(f"create {name}")
@@ -52,15 +66,18 @@ class RecordingRunsc:
         Path(pid_file).write_text("4343")
 
     def list(self) -> list[str] | None:
+        self._answer("list")
         return self.listed
 
-    def kill(self, name: str, sig: str) -> None:
+    def kill(self, name: str, sig: str, **_: object) -> None:
+        self._answer(f"kill {sig} {name}")
         self.calls.append(f"kill {name} {sig}")
 
     def status(self, name: str) -> str:
         return "stopped"
 
     def delete(self, name: str) -> None:
+        self._answer(f"delete {name}")
         self.calls.append(f"delete {name}")
 
 
@@ -103,6 +120,46 @@ def test_teardown_stops_apps_first_deletes_the_root_first_and_leaves_nothing(
         "delete u__pause", "delete app",  # the root's delete destroys the sandbox
         "kill stray KILL", "delete stray",  # listed but never asked for: gone too
     ]  # "side" was not listed: not touched
+    assert not state.exists()
+
+
+def _wedged(root: Path) -> subprocess.Popen[bytes]:
+    """A stand-in sandbox process (its argv names the actor's --root, as runsc's do),
+    stopped as a wedged sandbox's are."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)",
+                             f"--root={root}"])
+    while td.sandbox_processes(str(root)) != [proc.pid]:  # until it has exec'd
+        time.sleep(0.005)
+    os.kill(proc.pid, signal.SIGSTOP)
+    return proc
+
+
+@pytest.mark.parametrize("unanswered", [("list",), ("kill",), ("kill KILL",)])
+def test_a_sandbox_that_does_not_answer_runsc_is_killed_by_pid_and_deleted(
+        tmp_path: Path, unanswered: tuple[str, ...]) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    sandbox = _wedged(state)
+    runsc = RecordingRunsc(state, listed=["u__pause", "app"], unanswered=unanswered)
+    try:
+        td.teardown(runsc, ["u__pause", "app"], grace=0.5)  # type: ignore[arg-type]
+        # Killed by pid at once (SIGKILL ends a stopped process), then deleted: no
+        # runsc call is made of the sandbox once one went unanswered.
+        assert sandbox.wait(5) == -signal.SIGKILL
+    finally:
+        sandbox.kill()
+        sandbox.wait()
+    unanswered_at = next(i for i, c in enumerate(runsc.calls) if c.endswith("(no answer)"))
+    assert runsc.calls[unanswered_at + 1:] == ["delete u__pause", "delete app"]
+    assert not state.exists()
+
+
+def test_a_delete_that_does_not_answer_does_not_stop_the_teardown(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    runsc = RecordingRunsc(state, listed=["u__pause", "app"], unanswered=("delete u__pause",))
+    td.teardown(runsc, ["u__pause", "app"], grace=0)  # type: ignore[arg-type]
+    assert runsc.calls[-2:] == ["delete u__pause (no answer)", "delete app"]
     assert not state.exists()
 
 

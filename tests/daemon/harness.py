@@ -179,7 +179,9 @@ class World:
         for flag in GLOBAL_FLAGS:
             args.append(f"--runsc-global-flag={flag}")
         for key, value in extra.items():
-            args += [f"--{key.replace('_', '-')}", value]
+            flag = f"--{key.replace('_', '-')}"
+            # A value that starts with a dash only reads as one with `=`.
+            args += [f"{flag}={value}"] if value.startswith("-") else [flag, value]
         return args
 
 
@@ -196,7 +198,7 @@ class Daemon:
 
     def __init__(self, world: World, runsc: str, *, wrap: tuple[str, ...] = (),
                  run_dir: Path | None = None, release: str = "", socket: Path | None = None,
-                 **extra: str) -> None:
+                 expect: str = "SERVING", **extra: str) -> None:
         self.world = world
         self.runsc = runsc
         self.release = release  # the emulated runsc release, "" for another binary
@@ -219,21 +221,24 @@ class Daemon:
         self.stub = pb_grpc.AteomStub(self.channel)
         self.inspect = pb_grpc.InspectStub(self.channel)
         self.health = health_pb2_grpc.HealthStub(self.channel)
-        self.wait_serving()
+        self.wait_serving(expect=expect)
 
-    def wait_serving(self, timeout: float = 20.0) -> None:
+    def wait_serving(self, timeout: float = 20.0, *, expect: str = "SERVING") -> None:
+        """Until Health answers `expect` (SERVING, or NOT_SERVING for a daemon that
+        cannot run actors)."""
+        wanted = health_pb2.HealthCheckResponse.ServingStatus.Value(expect)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"daemon exited {self.proc.returncode}:\n{self.logs()}")
             try:
                 resp = self.health.Check(health_pb2.HealthCheckRequest(service=""), timeout=1)
-                if resp.status == health_pb2.HealthCheckResponse.SERVING:
+                if resp.status == wanted:
                     return
             except grpc.RpcError:
                 pass
             time.sleep(0.05)
-        raise RuntimeError(f"daemon not SERVING after {timeout}s:\n{self.logs()}")
+        raise RuntimeError(f"daemon not {expect} after {timeout}s:\n{self.logs()}")
 
     def settle(self, timeout: float = 30.0) -> None:
         """Wait until no actor is releasing: every answered checkpoint's sandbox

@@ -42,6 +42,27 @@ def alive(pid: int) -> bool:
     return state != b""
 
 
+# task->flags bit set once a thread has begun to exit (include/linux/sched.h).
+_PF_EXITING = 0x4
+
+
+def exiting(pid: int) -> bool:
+    """Whether `pid` has begun to exit and has not finished (reads /proc/<pid>/stat):
+    its main thread is exiting, or gone before its other threads. Such a process
+    may still hold its memory and files for a while (a large one: seconds)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    # After the command name's closing parenthesis: state, ppid, pgrp, session,
+    # tty_nr, tpgid, flags.
+    fields = stat[stat.rfind(b")") + 2:].split()
+    if len(fields) < 7 or not fields[6].isdigit():
+        return False
+    return fields[0] in (b"Z", b"X") or bool(int(fields[6]) & _PF_EXITING)
+
+
 def _open_pidfds(pids: Iterable[int]) -> dict[int, int] | None:
     """pidfd -> pid for the pids still running; None when pidfds cannot be had here."""
     fds: dict[int, int] = {}

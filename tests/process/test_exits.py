@@ -94,3 +94,15 @@ def test_a_process_whose_main_thread_is_gone_is_waited_for_until_its_last_thread
         assert exits.wait_exited([proc.pid], timeout=10) == []
         assert time.monotonic() - started > 0.3  # not at the main thread's exit
         assert not exits.alive(proc.pid)
+
+
+def test_exiting_is_a_process_that_has_begun_to_exit_and_not_finished() -> None:
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        assert not exits.exiting(sleeper.pid)  # running
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert not exits.exiting(sleeper.pid)  # gone
+    with main_thread_gone(1.0) as proc:  # its main thread exited, another still runs
+        assert exits.exiting(proc.pid) and exits.alive(proc.pid)

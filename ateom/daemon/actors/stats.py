@@ -58,13 +58,18 @@ def sample_from_runsc_stats(actor: Actor, per_container: Sequence[dict[str, Any]
     )
 
 
-def _sample_containers(actor: Actor, uid: str) -> list[dict[str, Any]]:
-    """`runsc events --stats` of each container of the actor's sandbox (runs runsc)."""
+def _sample_containers(actor: Actor, uid: str, *, apps_only: bool = False
+                       ) -> list[dict[str, Any]]:
+    """`runsc events --stats` of each container of the actor's sandbox (runs runsc);
+    `apps_only`: of its app containers alone when it has any (the root's memory
+    reads 0 then: the usage is theirs)."""
     sandbox = actor.sandbox
     if sandbox is None:
         raise AteomError(f"actor {uid}: no sandbox", code=ErrorCode.FAILED_PRECONDITION)
+    ids = sandbox.plan.runsc_ids
     try:
-        return [sandbox.runsc.stats(runsc_id) for runsc_id in sandbox.plan.runsc_ids]
+        return [sandbox.runsc.stats(runsc_id)
+                for runsc_id in ((ids[1:] or ids) if apps_only else ids)]
     except RunscTimeout as exc:  # its sandbox does not answer
         raise AteomError(f"actor {uid}: no stats: {exc}", code=ErrorCode.UNAVAILABLE) from exc
     except RunscError as exc:
@@ -73,8 +78,9 @@ def _sample_containers(actor: Actor, uid: str) -> list[dict[str, Any]]:
 
 
 def memory_in_use(actor: Actor, uid: str) -> int:
-    """The memory the actor's sandbox uses now, as runsc accounts it (runs runsc)."""
-    return sum(_figures(d)[0] for d in _sample_containers(actor, uid))
+    """The memory the actor's sandbox uses now, as runsc accounts it (runs runsc once
+    per app container, or once for a sandbox root alone)."""
+    return sum(_figures(d)[0] for d in _sample_containers(actor, uid, apps_only=True))
 
 
 def actor_stats(actor: Actor | None, uid: str) -> StatsSample:

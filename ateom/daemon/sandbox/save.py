@@ -8,11 +8,11 @@ left in the same directory.
 Before: `check_room`, the image must fit (nothing is paused for a save that
 cannot). After a failed save, the answer follows what became of the sandbox,
 found out, not guessed from runsc's exit code (`fate`): a save that failed
-after runsc paused the sandbox (a full disk, runsc killed) leaves it paused
-for a second or two and then it exits by itself (release-20260817; runsc
-state says "running" all along); one that failed before (its image file
-could not even be created) leaves it running. Either way the files the
-failed save wrote are removed.
+after runsc paused the sandbox (a full disk, runsc killed) makes it exit by
+itself (release-20260817; a large one takes the kernel a while to free, and
+runsc state says "running" until it is gone); one that failed before (its
+image file could not even be created) leaves it running. Either way the
+files the failed save wrote are removed.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from ateom.daemon.calls.phases import phase
 from ateom.daemon.sandbox.boot import Sandbox
 from ateom.errors import AteomError, ErrorCode, quote
 from ateom.process.exits import alive as process_alive
-from ateom.process.exits import wait_exited
+from ateom.process.exits import exiting, wait_exited
 from ateom.runsc.commands import RunscError, RunscTimeout
 
 log = structlog.get_logger("ateom.save")
@@ -49,11 +49,17 @@ MiB = 1 << 20
 IMAGE_MARGIN_BYTES = 16 * MiB
 IMAGE_MARGIN_SHARE = 0.05
 
-# How long a failed save's sandbox is given to exit before it is judged alive.
-# Measured on release-20260817 (benchmarks/bench_faults.py): 1.2-1.7 s from the
-# failed save's return to the sandbox's exit, whatever its size; one that runs
-# on never exits.
+# How long a failed save's sandbox is watched for its exit to begin before it is
+# judged alive. Measured on release-20260817 (benchmarks/bench_faults.py,
+# docs/performance.md "Faults"): a save that ran out of space lets the sandbox go
+# within 10 ms, one whose runsc was killed within 30 ms (16-64 MiB) to 700 ms
+# (256 MiB, most of it the kernel freeing its memory); one that failed before the
+# pause runs on and never exits.
 SETTLE_AFTER_FAILED_SAVE = 3.0
+# Once it is exiting, how long its exit is waited for (a large sandbox's memory
+# takes the kernel a while to free; its GPUs are not free before).
+EXIT_AFTER_FAILED_SAVE = 60.0
+_POLL = 0.05
 
 FileVersion = tuple[int, int, int, int]  # inode, size, mtime, ctime
 
@@ -200,15 +206,17 @@ class SandboxLost(AteomError):
 def fate(sandbox: Sandbox, reaped: Callable[[], bool], *, settle: float | None = None) -> str:
     """After a failed save: "" when the sandbox runs on, else what became of it.
 
-    Waits (up to `settle` s, woken by a pidfd) for the sandbox process to exit,
-    as it does a second or two after a save that failed once runsc had paused
-    it; then asks runsc that every container is running, not paused, its
-    process alive (each call bounded). `reaped`: whether the daemon's reaper
-    has seen the sandbox exit.
+    Watches the sandbox process (up to `settle` s) for its exit, as it exits
+    after a save that failed once runsc had paused it; one seen exiting is
+    waited for until it is gone (`EXIT_AFTER_FAILED_SAVE` at most: its memory
+    and devices go with it). Then asks runsc that every container is running,
+    not paused, its process alive (each call bounded). `reaped`: whether the
+    daemon's reaper has seen the sandbox exit.
     """
     settle = SETTLE_AFTER_FAILED_SAVE if settle is None else settle
     started = time.monotonic()
-    if reaped() or (sandbox.pid and not wait_exited([sandbox.pid], settle)):
+    gone = _exited(sandbox.pid, started + settle, reaped)
+    if gone:
         return (f"its sandbox exited {time.monotonic() - started:.1f} s after the failed"
                 " save")
     for c in sandbox.plan.containers:
@@ -223,6 +231,20 @@ def fate(sandbox: Sandbox, reaped: Callable[[], bool], *, settle: float | None =
             return (f"its container {c.name}'s process is gone after the failed save"
                     " (runsc state still says running)")
     return ""
+
+
+def _exited(pid: int, settle_until: float, reaped: Callable[[], bool]) -> bool:
+    """Whether `pid` exits (or begins to) before `settle_until`; one that begins is
+    waited for until it is gone (woken by a pidfd, bounded)."""
+    if reaped():
+        return True
+    while pid and time.monotonic() < settle_until:
+        if reaped() or not wait_exited([pid], _POLL):
+            return True
+        if exiting(pid):
+            wait_exited([pid], EXIT_AFTER_FAILED_SAVE)
+            return True
+    return False
 
 
 def remove_written(image_path: str, before: dict[str, FileVersion], *, beneath: str) -> list[str]:

@@ -112,7 +112,7 @@ def test_a_gpu_checkpoint_counts_device_memory_only_when_the_disk_is_tight(
     assert actor is not None
     bound = w.service.gpus.device_memory_bound(actor)
     assert bound == 143771 << 20  # the GPU's memory, from the inventory
-    memory = 2 << 20  # the fake runsc's 1 MiB per container
+    memory = 1 << 20  # the fake runsc's 1 MiB, of the app container (the root's is not asked)
     free = {"bytes": save.image_bytes_needed(memory, bound)}  # room for every GPU byte
     monkeypatch.setattr(save, "free_bytes", lambda path: (free["bytes"], path))
     request = CheckpointRequest(actor=ActorRef("g"), dirs=w.dirs("g"))

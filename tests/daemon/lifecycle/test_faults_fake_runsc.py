@@ -97,13 +97,15 @@ def test_a_checkpoint_that_cannot_fit_is_refused_before_anything_is_paused(  # t
     w.service.run_workload(w.run("big", "app"))
     dirs = w.dirs("big")
     free, _ = save.free_bytes(dirs.checkpoint_dir)
-    # The fake runsc reports 1 MiB per container; the margin fills the rest.
+    # The fake runsc reports 1 MiB for its app container; the margin fills the rest.
     monkeypatch.setattr(save, "IMAGE_MARGIN_BYTES", free)
     said = _refused(lambda: w.service.checkpoint_workload(
         CheckpointRequest(actor=ActorRef("big"), dirs=dirs)), ErrorCode.RESOURCE_EXHAUSTED)
-    assert dirs.checkpoint_dir in said and "memory 2.0 MiB" in said and "keeps running" in said
+    assert dirs.checkpoint_dir in said and "memory 1.0 MiB" in said and "keeps running" in said
     assert not os.path.exists(dirs.checkpoint_dir)  # nothing written
     assert not any(c.startswith("checkpoint") for c in w.fake.commands())
+    # Its memory asked of the app container only: runsc puts the sandbox's there.
+    assert [c for c in w.fake.commands() if c.startswith("events")] == ["events app"]
     actor = w.service.actors.get("big")
     assert actor is not None and actor.phase is Phase.RUNNING
     monkeypatch.setattr(save, "IMAGE_MARGIN_BYTES", 0)

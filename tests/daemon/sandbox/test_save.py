@@ -213,3 +213,16 @@ def test_a_consumed_image_is_set_aside_then_removed_with_any_a_crash_left(
     remove_set_aside(str(actor / "via" / "restore"), beneath=str(tmp_path))
     assert sorted(p.name for p in outside.iterdir()) == [
         ".restore.ateom-discarded-feedfacecafe", "keep", "restore"]
+
+
+def test_a_sandbox_seen_exiting_is_waited_for_until_it_is_gone(tmp_path: Path) -> None:
+    # A large sandbox's exit takes the kernel a while (its memory freed, its device
+    # files closed): still "alive" meanwhile, it is not judged running.
+    from ateom.process.exits import alive
+    from tests.support.exiting_process import main_thread_gone
+
+    with main_thread_gone(1.0) as proc:
+        sandbox = _Sandbox({"status": "running", "pid": proc.pid}, proc.pid)
+        with pytest.raises(save.SandboxLost, match="exited"):
+            _save(tmp_path, sandbox)
+        assert not alive(proc.pid)  # its last thread gone before the answer

@@ -345,9 +345,11 @@ class ActorTable:
             finally:
                 exited = False
                 with self._lock:
-                    if actor.phase is during:
+                    # Back to its phase when the call left it hosted as it was
+                    # (not released, not removed): EXITED if it exited meanwhile.
+                    if actor.phase is during and self._actors.get(uid) is actor:
                         exited = self._settle(actor, before)
-                if exited:  # it exited while the call ran, and the call left it hosted
+                if exited:
                     self._exited(actor)
         finally:
             actor.lock.release()

@@ -144,3 +144,14 @@ def test_a_cleanup_slot_keeps_a_run_out_but_takes_no_capacity() -> None:
     assert table.admit_cleanup(ActorRef("other")) is None  # hosted: no cleanup
     table.remove(cleanup)
     table.remove(other)
+
+
+def test_an_actor_a_call_removed_is_not_reported_exited_by_its_own_teardown() -> None:
+    seen: list[str] = []
+    table = ActorTable(1, on_exited=lambda a: seen.append(a.ref.actor_uid))
+    a = _running(table, "a")
+    with table.operate("a", Op.TERMINATE, max_wait=1) as actor:
+        table.sandbox_exited(actor, -9)  # killed by the teardown, reaped meanwhile
+        table.remove(actor)
+    assert seen == []  # a terminated actor did not exit "on its own"
+    assert a.phase is Phase.TERMINATING

@@ -26,6 +26,8 @@ import structlog
 log = structlog.get_logger("ateom.reaper")
 
 _PR_SET_CHILD_SUBREAPER = 36
+# How long a child killed at its time limit is waited for before the call goes on.
+KILLED_EXIT_WAIT = 10.0
 
 
 def become_subreaper() -> bool:
@@ -251,7 +253,14 @@ class Reaper:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-            code = self.wait(pid)
+            # Bounded too: a process stuck in the kernel (uninterruptible I/O) takes
+            # its SIGKILL only when it comes back; the reaper collects it then.
+            code = self.wait(pid, KILLED_EXIT_WAIT)
+            if code is None:
+                log.error("killed_process_not_exited", argv=list(argv)[:6], pid=pid,
+                          waited_s=KILLED_EXIT_WAIT)
+                with self._cond:  # reaped as an orphan whenever it does exit
+                    self._pending.discard(pid)
             return Completed(tuple(argv), code if code is not None else -9, timed_out=True)
         return Completed(tuple(argv), code)
 

@@ -50,6 +50,29 @@ def test_timeout_kills(tmp_path: Path) -> None:
     assert done.timed_out and done.returncode == -9
 
 
+def test_a_child_that_does_not_take_its_kill_does_not_hold_the_call(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # As a process stuck in uninterruptible I/O: its SIGKILL lands only later.
+    import signal
+    import time
+
+    from ateom.process import reaper as reaper_module
+
+    monkeypatch.setattr(reaper_module, "KILLED_EXIT_WAIT", 0.3)
+    r = Reaper()
+    spawned: list[int] = []
+    spawn = r.spawn
+    monkeypatch.setattr(r, "spawn", lambda *a, **k: spawned.append(spawn(*a, **k)) or spawned[-1])
+    real_kill = os.kill
+    monkeypatch.setattr(reaper_module.os, "kill", lambda pid, sig: None)
+    started = time.monotonic()
+    try:
+        done = r.run(["sleep", "30"], log_path=str(tmp_path / "log"), timeout=0.2)
+        assert done.timed_out and time.monotonic() - started < 5
+    finally:
+        real_kill(spawned[0], signal.SIGKILL)
+
+
 def test_meanwhile_runs_while_the_child_runs(tmp_path: Path) -> None:
     # The child exits only once `meanwhile` has written to the FIFO it reads: so
     # `meanwhile` ran after the spawn and before the wait (else: the timeout).

@@ -244,7 +244,7 @@ def dump_config(config: dict[str, Any], path: str) -> bytes:
     Compact because json's C encoder only runs without indent (the indenting
     pure-Python one costs more than a whole merge); no circular-reference
     check, because a config decoded from JSON and edited by ateom has no
-    cycles, and the check's bookkeeping is ~15% of the encoding. Deterministic
+    cycles, and the check's bookkeeping is a good part of the encoding. Deterministic
     for a given dict, which is what makes a second injection byte-identical.
     ConfigError when the config is nested deeper than the encoder can go.
     """

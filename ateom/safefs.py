@@ -19,7 +19,8 @@ checkpoint records, logs) goes through here:
   file, whole, even if ateom is killed at any point.
 
 Durability (``durable``): an fsync of the file and of the directory makes the
-rename survive power loss, at ~0.3-0.6 ms per write on these disks. A bundle
+rename survive power loss, at a cost per write (docs/performance.md, "Figures
+behind the code"). A bundle
 config does not need it: its life is the sandbox's, which power loss ends
 too, and the node agent writes bundles afresh for every Run. ``kill -9`` of
 ateom needs no fsync at all: the page cache outlives the process. Callers
@@ -192,10 +193,3 @@ def read_file(path: str, *, beneath: str) -> tuple[bytes, int]:
     with open_dir(directory, beneath=beneath) as dir_fd:
         return read_file_at(dir_fd, name)
 
-
-def open_append(path: str, *, beneath: str, mode: int = 0o640) -> int:
-    """An O_APPEND fd of log file `path` (created with `mode`), never through a symlink."""
-    directory, name = os.path.split(os.path.normpath(path))
-    with open_dir(directory, beneath=beneath) as dir_fd:
-        return os.open(name, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
-                       | os.O_CLOEXEC, mode, dir_fd=dir_fd)

@@ -113,10 +113,3 @@ def parse_qualified_name(text: str) -> QualifiedName:
     return QualifiedName(vendor, device_class, name)
 
 
-def is_qualified_name(text: str) -> bool:
-    """True when `text` parses as ``vendor/class=name``."""
-    try:
-        parse_qualified_name(text)
-    except QualifiedNameError:
-        return False
-    return True

@@ -36,7 +36,8 @@ class SpecCache:
 
     The daemon loads the registry for every actor it starts. With the cache,
     an unchanged spec costs reading its bytes and one comparison instead of
-    decoding and validating it again (~4 ms for an 8-GPU spec). It compares
+    decoding and validating it again (docs/performance.md, "Figures behind the
+    code"). It compares
     content, not stat data: file timestamps tick per jiffy, so a same-size
     rewrite within a few milliseconds would look unchanged to stat. Entries
     are immutable, so registries share them safely.

@@ -92,7 +92,8 @@ class _PythonComposer(_YAML_BASE):  # type: ignore[valid-type,misc]
     libyaml's composer recurses in C once per nesting level and overflows the
     C stack past ~20,000 levels (`- - - ...` is 2 bytes a level), which kills
     the process instead of raising. The Python composer raises RecursionError,
-    which `decode_yaml` reports; it is ~30% slower on a real spec.
+    which `decode_yaml` reports; it is slower on a real spec (docs/performance.md,
+    "Figures behind the code").
     """
 
     def __init__(self, stream: str) -> None:

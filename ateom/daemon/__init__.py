@@ -7,7 +7,9 @@ import-graph test holds every package of ateom to a layering without cycles):
    `requests` (what the node agent asks, plain frozen data), `validation`
    (pure checks), `deadline` (how long the caller waits), `phases` (the timed
    steps every log line and metric goes through), `refusals` (requests turned
-   down on purpose, as countable events).
+   down on purpose, as countable events), `sandbox_exits` (sandboxes that ended
+   unasked, as countable events), `answer` (work that waits until the caller
+   has its answer).
 2. `bundles`: what each of an actor's OCI bundles becomes — `devices` (which
    CDI devices a container gets; **where a GPU enters the sandbox**: the one
    gVisor resolve step, `resolve_for_gvisor`), `catalog` (the CDI specs this
@@ -22,8 +24,10 @@ import-graph test holds every package of ateom to a layering without cycles):
    `teardown` (stop, delete, kill what is left), `state_dir` (remove the
    runsc state dir and what runsc mounted in it), `janitor` (bounded logs).
 4. `actors`: the actors this daemon hosts — `table` (the state machine,
-   `next_phase`, and the table), `admission` (may a call start; the drain),
-   `hosting` (a planned sandbox put up and taken down), `stats`.
+   `next_phase`, and the table), `starts` (the Run and Restore calls in
+   flight, which a checkpointed actor's cleanup lets go first), `admission`
+   (may a call start; the drain), `hosting` (a planned sandbox put up and
+   taken down), `stats`.
 5. `gpus`: the GPU side of an actor's life — `lifecycle` (which GPUs at Run
    and Restore, what a checkpoint saves), `pool` (the Pod's GPUs booked per
    actor over `ateom.gpuinfo.placement`), `checkpoint_policy` (**where a GPU
@@ -32,9 +36,10 @@ import-graph test holds every package of ateom to a layering without cycles):
    checked first at restore, and the placement it implies).
 6. `lifecycle`: what ties them — `config` (every `ateom serve` flag and its
    environment twin; the node's and GPU settings as `ateom.settings` values),
-   `readiness` (whether an actor can run now: what SERVING means) and
+   `readiness` (whether an actor can run now: what SERVING means),
    `service` (`AteomService`: each lifecycle call a short sequence over the
-   packages above).
+   packages above) and `release` (an actor given back; after a checkpoint on
+   a thread of its own, where the GPU hand-over happens).
 7. `rpc`: the gRPC surface — `wire` (protobuf <-> requests, pure),
    `handler` (the one place every RPC goes through: logging, error codes,
    observers), `server` (the thin servicer, health, reflection, TLS, drain),

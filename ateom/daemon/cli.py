@@ -22,7 +22,8 @@ def register(subparsers: Any) -> None:
 
 def _serve(args: argparse.Namespace) -> int:
     # Imported here, not for a cycle: every `ateom` verb registers through this
-    # module, and grpc (server) costs ~150 ms of startup the other verbs skip.
+    # module, and importing grpc's server is most of the daemon's start-up, which
+    # the other verbs skip.
     from ateom.daemon.logs import configure_logging
     from ateom.daemon.rpc.server import serve
 

@@ -12,6 +12,8 @@
 - `nvidia_ctk`: generating a CDI spec with NVIDIA's nvidia-ctk when the node
   has GPUs but no spec.
 - `mps`: NVIDIA MPS in a CDI spec, which gVisor actors cannot use.
+- `cli`: ``ateom checkpoint-info``, a checkpoint's record and whether this
+  worker could restore it.
 
 Pure cores, thin gatherers: every judgement is a function over facts, so it
 is tested without a GPU; `tests.support.gpu_node` simulates a GPU node for

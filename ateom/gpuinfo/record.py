@@ -82,6 +82,12 @@ class RunscBuild:
     def __str__(self) -> str:
         return f"{self.version} ({self.commit})" if self.commit else self.version
 
+    @classmethod
+    def of_version(cls, version: str) -> RunscBuild:
+        """The build a version string (as `runsc --version` prints it) names (pure)."""
+        commit = _DESCRIBE_RE.search(version)
+        return cls(version, commit.group(1) if commit else "")
+
 
 def parse_runsc_version(text: str) -> RunscBuild:
     """``runsc --version`` output -> RunscBuild (pure).
@@ -94,9 +100,7 @@ def parse_runsc_version(text: str) -> RunscBuild:
     if not m:
         raise AteomError(f"runsc --version: no 'runsc version <v>' in {quote(text)}",
                          code=ErrorCode.FAILED_PRECONDITION)
-    version = m.group(1)
-    commit = _DESCRIBE_RE.search(version)
-    return RunscBuild(version, commit.group(1) if commit else "")
+    return RunscBuild.of_version(m.group(1))
 
 
 @dataclass(frozen=True, slots=True)

@@ -211,7 +211,7 @@ def plan_injection(
 
     `config` is the bundle's config.json as the caller already read it: its
     bytes and what `ateom.oci_config.parse_config` made of them (then
-    config.json is not read here; its shape is checked again, ~5 us, so the
+    config.json is not read here; its shape is checked again, cheaply, so the
     merge's assumptions never rest on a caller's own parser); without it,
     config.json is read and parsed (`read_config`). Stats host device nodes, reads library SONAMEs
     (through `soname_cache`, default the process-wide one) and inspects the

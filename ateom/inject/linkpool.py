@@ -1,12 +1,13 @@
 """Ready-made symlink inodes, hard-linked into rootfs instead of made anew.
 
-Making a symlink allocates an inode: ~10 us here, but ~0.3-0.7 ms a link
-while the disk's journal is busy (other writers' fsyncs, block frees and
-discards), ~20 ms for a GPU's driver libraries, most of an injection then. A hard link to
+Making a symlink allocates an inode: cheap on a quiet disk, but slow while
+the disk's journal is busy (other writers' fsyncs, block frees and discards),
+and then most of an injection for a GPU's driver libraries. A hard link to
 an existing symlink inode (``linkat`` without AT_SYMLINK_FOLLOW) is a
-directory entry only: ~6 us. A `LinkPool` keeps one symlink per target
-(``libcuda.so.580.65.06 -> libcuda.so.580.65.06``) in a private directory and
-links it in under the SONAME; the rootfs sees an ordinary symlink.
+directory entry only (docs/performance.md, "Figures behind the code"). A
+`LinkPool` keeps one symlink per target (``libcuda.so.580.65.06 ->
+libcuda.so.580.65.06``) in a private directory and links it in under the
+SONAME; the rootfs sees an ordinary symlink.
 
 Trade-off, why it is opt-in: every bundle's link shares the pool's inode, so
 ``chown -h`` / ``touch -h`` on it inside one sandbox changes the owner and

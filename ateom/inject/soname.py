@@ -42,7 +42,8 @@ def read_soname(path: str) -> SonameRead:
     the PT_DYNAMIC entries and one string of the dynamic string table (found
     through DT_STRTAB and the PT_LOAD segments). pyelftools' `ELFFile` would
     also build its structure parsers anew per file and wrap every segment and
-    section, ~5x slower; the parsers are cached here per ELF flavour instead.
+    section, several times slower; the parsers are cached here per ELF flavour
+    instead.
     (`read_soname_elffile` is the plain `ELFFile` reading, kept as the
     reference the tests compare against.)
 

@@ -46,8 +46,8 @@ def presize_fd_table(fd: int, size: int) -> list[tuple[int, int, int]]:
 
     Why: growing the fd table of a process that has threads waits for an RCU
     grace period (the kernel's expand_fdtable: synchronize_rcu while the
-    table is shared), ~10 ms here and more on a busy node; growing it in the
-    child before its exec (one thread) does not. A forked child's table is
+    table is shared: docs/performance.md, "Figures behind the code"); growing
+    it in the child before its exec (one thread) does not. A forked child's table is
     sized by its parent's highest open fd, so that fd stays open across the
     exec, for the processes the child forks in turn (runsc's sandbox, see
     `ateom.runsc.commands.FD_TABLE`).
@@ -215,7 +215,7 @@ class Reaper:
         started, before waiting for it: work that can overlap the child's
         run without a second Python thread contending for the GIL on the way
         to the spawn (a worker thread submitted first can hold up this one's
-        spawn by a switch interval per syscall, 5 ms each). The child is
+        spawn by a switch interval per syscall). The child is
         waited for (and the timeout, counted from the spawn, applies) even
         when `meanwhile` raises; its exception is raised after that.
         `fd_table`: as for `spawn`.

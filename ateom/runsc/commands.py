@@ -32,8 +32,8 @@ LOG_TAIL_BYTES = 2048
 # The fd table runsc is started with (`Reaper.spawn(fd_table=)`). The sandbox
 # runsc boots moves its stdio to fds 253-255 (release-2026) or 256-258
 # (0.0~20240729) once its Go runtime runs threads; a table that small (64, as
-# the daemon's children get) grows then, waiting for an RCU grace period: ~10
-# ms of every create and restore here (docs/performance.md, "The turn").
+# the daemon's children get) grows then, waiting for an RCU grace period, on
+# every create and restore (docs/performance.md, "The turn").
 # Started with 512 entries, runsc forks its sandbox and gofer with 512 too.
 FD_TABLE = 512
 
@@ -143,10 +143,6 @@ def restore_argv(
 
 def kill_argv(t: RunscTarget, name: str, sig: str) -> list[str]:
     return [*_base(t, None), "kill", name, sig]
-
-
-def wait_argv(t: RunscTarget, name: str) -> list[str]:
-    return [*_base(t, None), "wait", name]
 
 
 def state_argv(t: RunscTarget, name: str) -> list[str]:

@@ -92,7 +92,7 @@ def test_hosted_actors_gauge_set_or_read_at_scrape_time() -> None:
     m = Metrics()
     text = m.scrape().decode()
     assert ("ateom_hosted_actors", frozenset()) in samples(text)
-    m.set_hosted_actors(1)
+    m.track_hosted_actors(lambda: 1)
     assert value(m.scrape().decode(), "ateom_hosted_actors") == 1
     actors: dict[str, object] = {}
     m.track_hosted_actors(lambda: len(actors))
@@ -199,7 +199,7 @@ def test_server_serves_a_parsable_scrape_that_moves() -> None:
                 pass
             with m.phase("runsc.start"):
                 pass
-            m.set_hosted_actors(1)
+            m.track_hosted_actors(lambda: 1)
         after = scrape()
         run = "/ateom.Ateom/RunWorkload"
         assert value(after, "ateom_rpc_requests_total", method=run, code="OK") == 1
@@ -357,7 +357,7 @@ def test_a_failing_placement_source_leaves_the_rest_of_the_scrape() -> None:
         raise RuntimeError("placer gone")
 
     m = Metrics()
-    m.set_hosted_actors(2)
+    m.track_hosted_actors(lambda: 2)
     m.track_placement(broken)
     text = m.scrape().decode()
     assert value(text, "ateom_hosted_actors") == 2

@@ -100,7 +100,6 @@ def test_argv_of_every_runsc_call(gpu: bool) -> None:
         *head, "-allow-connected-on-save", "checkpoint", "-exclude-committed-zero-pages",
         "-image-path", "/img", "_pause"]
     assert argv.kill_argv(t, "app", "TERM") == [*head, "kill", "app", "TERM"]
-    assert argv.wait_argv(t, "app") == [*head, "wait", "app"]
     assert argv.state_argv(t, "app") == [*head, "state", "app"]
     assert argv.delete_argv(t, "app") == [*head, "delete", "-force", "app"]
     assert argv.list_argv(t) == [*head, "list", "-quiet"]

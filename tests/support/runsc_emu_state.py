@@ -201,9 +201,15 @@ def read_gpus(config: EmuConfig) -> tuple[SimGpu, ...]:
     return tuple(SimGpu.from_json(g) for g in data) if isinstance(data, list) else ()
 
 
+def _open_append(path: str, mode: int = 0o640) -> int:
+    """An O_APPEND fd of `path` (created with `mode`), never through a symlink there."""
+    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                   mode)
+
+
 def append_record(path: str, record: Mapping[str, Any]) -> None:
     """Append one call record as a JSON line (one write: concurrent calls do not interleave)."""
-    fd = safefs.open_append(path, beneath=os.path.dirname(path), mode=0o644)
+    fd = _open_append(path, mode=0o644)
     try:
         os.write(fd, (json.dumps(record) + "\n").encode())
     finally:
@@ -217,7 +223,7 @@ def log_line(log_file: str | None, level: str, msg: str) -> None:
     line = {"msg": msg, "level": level,
             "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()) + "Z"}
     try:
-        fd = safefs.open_append(log_file, beneath=os.path.dirname(os.path.abspath(log_file)))
+        fd = _open_append(log_file)
     except OSError:
         return
     try:

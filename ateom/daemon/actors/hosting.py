@@ -2,8 +2,8 @@
 taken down (runsc torn down, bundles given back), all or nothing.
 
 The sandbox root never gets devices, and its runsc create+start (or restore)
-takes ~100 ms; writing an app bundle (SONAME links staged, config.json
-written) takes a few ms, tens when the disk is busy. So the app bundles are
+takes far longer than writing an app bundle (SONAME links staged, config.json
+written; docs/performance.md, "Figures behind the code"). So the app bundles are
 written while the root's runsc create (or restore) runs, on the calling
 thread between that command's spawn and its wait (`Reaper.run(meanwhile=)`):
 a worker thread would contend for the GIL with the spawn it should overlap.

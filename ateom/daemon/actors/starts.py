@@ -1,13 +1,13 @@
 """Starts in flight: the Run and Restore calls on their way to a booted sandbox,
 which a checkpointed actor's cleanup lets go first.
 
-A checkpointed actor's GPUs and slot go to the next actor as soon as its
-sandbox has exited (`ActorTable.free`). What is left of its release (a
-`runsc delete` per container, each a Go process's start-up and ~20-30 ms of
-CPU, the state dir, the bundles) is bookkeeping no call waits for; run beside
-the next actor's boot it took the same cores: in a GPU hand-over on the
-2-core VM, B's `runsc create` took 110 ms with A's deletes beside it and 90
-without (n=16 interleaved, docs/performance.md "GPU hand-over"). So that rest
+A checkpointed actor's GPUs and slot go to the next actor when its stopped
+sandbox is killed (`ActorTable.yield_capacity`), the next actor's workload
+waiting for that sandbox's exit (`ActorTable.free`). What is left of its release (a
+`runsc delete` per container, each a Go process's start-up and CPU, the
+state dir, the bundles) is bookkeeping no call waits for; run beside the next
+actor's boot it took the same cores, and slowed that boot (docs/performance.md,
+"GPU hand-over"). So that rest
 waits until no start is in flight (`wait_idle`), for a bounded time: a worker
 that is always starting something still gets its cleanup done.
 
@@ -30,11 +30,6 @@ class Starts:
         # Per thread (one lifecycle call per gRPC thread): whether this
         # thread's call is counted, so `set_aside` outside a start is a no-op.
         self._local = threading.local()
-
-    @property
-    def in_flight(self) -> int:
-        with self._cond:
-            return self._count
 
     @contextmanager
     def starting(self) -> Iterator[None]:

@@ -93,8 +93,8 @@ class ContainerPlan:
     @property
     def edits_digest(self) -> str:
         """The checkpoint record's digest of the resolved edits; "" without devices.
-        Taken when a checkpoint asks: ~2 ms for 8 GPUs and 40 libraries, which
-        every Run would otherwise pay before its first runsc call."""
+        Taken when a checkpoint asks: it reads every library's edits, which
+        every Run would otherwise pay for before its first runsc call."""
         return digest_of_edits(self.resolution) if self.resolution is not None else ""
 
     @property

@@ -1,3 +1,4 @@
 """One lifecycle call's vocabulary, before any side effect: `requests` (what the
-node agent asks), `validation` (pure checks), `deadline`, `phases`, `refusals`
-(the seams logs and metrics hang on). Imports nothing else of the daemon."""
+node agent asks), `validation` (pure checks), `deadline`, `phases`, `refusals`,
+`sandbox_exits` (the seams logs and metrics hang on), `answer` (work that waits
+until the caller has its answer). Imports nothing else of the daemon."""

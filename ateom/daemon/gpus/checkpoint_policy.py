@@ -1,5 +1,5 @@
 """GPU checkpoints: what the installed runsc, this worker's cuda-checkpoint and
-driver allow, decided from what was probed (pure but for `locate_tool`).
+driver allow, decided from what was probed (pure).
 
 runsc saves GPU memory and contexts only through NVIDIA's cuda-checkpoint,
 which it runs *inside* the sandbox (`runsc checkpoint
@@ -40,14 +40,6 @@ class Blocker:
 
 def runsc_saves_gpu_state(info: RunscInfo) -> bool:
     return info.supports(f"checkpoint:{PATH_FLAG}")
-
-
-def locate_tool(configured: str, *, driver_root: str, toolkit_dir: str,
-                path_env: str) -> tuple[str, tuple[str, ...]]:
-    """The worker's cuda-checkpoint (stats candidates): its path ("" when none)
-    and where it was looked for."""
-    return cuda_checkpoint.locate(configured, driver_root=driver_root,
-                                  toolkit_dir=toolkit_dir, path_env=path_env)
 
 
 def launch_job_prefix(driver_version: str, gpu_count: int) -> tuple[str, ...]:

@@ -48,7 +48,6 @@ from ateom.gpuinfo.record import (
     build_record,
     commit_record,
     discard_record,
-    parse_runsc_version,
     read_record,
     stage_record,
     write_record,
@@ -58,11 +57,6 @@ from ateom.runsc.probe import RunscInfo
 log = structlog.get_logger("ateom.gpu_record")
 
 
-def runsc_build(info: RunscInfo) -> RunscBuild:
-    """The probed runsc's build identity (pure)."""
-    return parse_runsc_version(f"runsc version {info.version}")
-
-
 def record_for(sandbox: Sandbox, pool: GpuPool, info: RunscInfo, gpus: Sequence[str], *,
                nvproxy_capabilities: str) -> CompatRecord:
     """The record of a GPU actor about to be saved (gathers GPU facts once per
@@ -70,14 +64,10 @@ def record_for(sandbox: Sandbox, pool: GpuPool, info: RunscInfo, gpus: Sequence[
     plan: SandboxPlan = sandbox.plan
     containers = [ContainerDevices(c.name, c.devices, c.edits_digest)
                   for c in plan.containers if c.devices]
-    return build_record(runsc=runsc_build(info), driver_version=pool.worker().driver_version,
+    return build_record(runsc=RunscBuild.of_version(info.version),
+                        driver_version=pool.worker().driver_version,
                         gpus=pool.facts_of(gpus), containers=containers,
                         nvproxy_capabilities=nvproxy_capabilities)
-
-
-def write(image_dir: str, record: CompatRecord, *, beneath: str) -> str:
-    """Write the record into the checkpoint dir, durably (it outlives the machine)."""
-    return write_record(image_dir, record, beneath=beneath)
 
 
 def save_with_record(save: Callable[[Callable[[], None]], tuple[str, ...]], image_dir: str,
@@ -86,11 +76,11 @@ def save_with_record(save: Callable[[Callable[[], None]], tuple[str, ...]], imag
     the record written during it; the files the save wrote, the record among them.
 
     Written after the save, the record's fsync queued behind the image's
-    metadata in the filesystem's journal: 1.5 ms of every GPU checkpoint here
-    (docs/performance.md). Staged, fsync'd, to a hidden file as soon as runsc
-    has started, it is on disk before the image is, and only renamed into place
-    (0.7 ms) once the save succeeded. A failed save removes it: a record never
-    stands beside an image runsc did not finish.
+    metadata in the filesystem's journal, on every GPU checkpoint's path
+    (docs/performance.md, "Figures behind the code"). Staged, fsync'd, to a
+    hidden file as soon as runsc has started, it is on disk before the image
+    is, and only renamed into place once the save succeeded. A failed save
+    removes it: a record never stands beside an image runsc did not finish.
     """
     staged: list[str] = []  # the hidden file's name, once the save has started
 
@@ -110,7 +100,7 @@ def save_with_record(save: Callable[[Callable[[], None]], tuple[str, ...]], imag
         raise
     with phase("record.write"):  # a commit that fails removes what it staged
         path = (commit_record(image_dir, staged[0], beneath=beneath) if staged
-                else write(image_dir, record, beneath=beneath))
+                else write_record(image_dir, record, beneath=beneath))
     kept = (f for f in files if f not in staged)  # listed under its staged name
     return tuple(sorted({*kept, os.path.relpath(path, image_dir)}))
 
@@ -146,7 +136,7 @@ def place(record: CompatRecord, pool: GpuPool, uid: str, info: RunscInfo,
     """Check the record against this worker and book its GPUs: the names granted
     and each container's devices on them. Refusals are FAILED_PRECONDITION
     (counted); a GPU taken meanwhile is the placer's RESOURCE_EXHAUSTED."""
-    build = runsc_build(info)
+    build = RunscBuild.of_version(info.version)
     snapshot = pool.snapshot()
     room = {h.index for h in snapshot.with_room()} if snapshot is not None else None
     worker = pool.worker()

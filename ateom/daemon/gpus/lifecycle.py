@@ -29,6 +29,7 @@ from ateom.daemon.gpus.checkpoint_policy import Blocker
 from ateom.daemon.gpus.pool import GpuPool, request_for
 from ateom.daemon.sandbox.teardown import sandbox_processes
 from ateom.errors import AteomError, ErrorCode
+from ateom.gpuinfo import cuda_checkpoint
 from ateom.gpuinfo.gather import device_memory_by_pid, find_nvidia_smi, gather_worker_gpus
 from ateom.gpuinfo.inventory import WorkerGpus
 from ateom.gpuinfo.record import CompatRecord
@@ -97,7 +98,7 @@ class GpuActors:
 
     def tool(self) -> tuple[str, tuple[str, ...]]:
         """The worker's cuda-checkpoint (stats candidates): path or "", where looked."""
-        return checkpoint_policy.locate_tool(
+        return cuda_checkpoint.locate(
             self.settings.cuda_checkpoint, driver_root=self.node.driver_root,
             toolkit_dir=self.node.toolkit_dir, path_env=self.path_env)
 

@@ -37,9 +37,9 @@ from ateom.daemon.sandbox.teardown import StoppedSandbox, TeardownIncomplete
 
 log = structlog.get_logger("ateom.release")
 
-# How long a checkpointed actor's cleanup lets the starts in flight go first.
-# A Run boots in ~0.1-0.3 s and a 1 GiB restore in ~0.6 s here; a worker that
-# never stops starting still gets its cleanup done after this. Only that
+# How long a checkpointed actor's cleanup lets the starts in flight go first:
+# many times a Run's boot or a 1 GiB restore (docs/performance.md, "The turn");
+# a worker that never stops starting still gets its cleanup done after this. Only that
 # actor's own next call waits meanwhile: its GPUs and slot are free already.
 START_YIELD_LIMIT = 5.0
 

@@ -30,7 +30,6 @@ from ateom.daemon.bundles.plan import Injector, read_bundle_config
 from ateom.daemon.calls import validation
 from ateom.daemon.calls.requests import ActorRef
 from ateom.daemon.gpus.checkpoint_policy import runsc_saves_gpu_state
-from ateom.daemon.gpus.compat_record import runsc_build
 from ateom.daemon.gpus.lifecycle import GpuActors
 from ateom.daemon.lifecycle.config import DaemonConfig
 from ateom.daemon.lifecycle.service import AteomService
@@ -39,6 +38,7 @@ from ateom.doctor import DoctorConfig, Report, run_doctor
 from ateom.errors import AteomError, ErrorCode
 from ateom.gpuinfo.compat import runsc_remaps_gpus
 from ateom.gpuinfo.placement import PlacementSnapshot
+from ateom.gpuinfo.record import RunscBuild
 from ateom.process.reaper import Reaper
 from ateom.process.runner import reaper_runner
 from ateom.runsc.probe import RunscInfo
@@ -243,7 +243,7 @@ def status_response(status: DaemonStatus) -> pb.GetStatusResponse:
     """DaemonStatus -> wire (pure)."""
     runsc = pb.RunscStatus(error=status.runsc_error)
     if status.runsc is not None:
-        build = runsc_build(status.runsc)
+        build = RunscBuild.of_version(status.runsc.version)
         runsc = pb.RunscStatus(path=status.runsc.path, version=status.runsc.version,
                                supports_nvproxy=status.runsc.supports_nvproxy,
                                gpu_checkpoint=runsc_saves_gpu_state(status.runsc),

@@ -215,9 +215,6 @@ class Metrics:
 
     # -- state ------------------------------------------------------------------
 
-    def set_hosted_actors(self, count: int) -> None:
-        self.hosted_actors.set(count)
-
     def track_hosted_actors(self, count: Callable[[], int]) -> None:
         """Read the hosted-actor gauge from `count()` at every scrape."""
         self.hosted_actors.set_function(lambda: float(count()))

@@ -39,22 +39,19 @@ log = structlog.get_logger("ateom.save")
 
 MiB = 1 << 20
 
-# What an image needs beyond the actor's memory as runsc reports it. Measured
-# (release-20260817, busybox actors of 8 MiB to 256 MiB held in /dev/shm,
-# -exclude-committed-zero-pages): the image was the reported memory usage
-# minus 1.8 MB every time (pages.img holds the committed pages, checkpoint.img
-# ~185 KB of kernel state), so the usage alone covers it; the margin is for
-# what the actor allocates between the sample and the pause, and the
-# filesystem's own blocks (docs/operations.md, "What ateom promises under faults").
+# What an image needs beyond the actor's memory as runsc reports it. The image
+# measured a little smaller than the reported usage at every size
+# (benchmarks/bench_faults.py, docs/performance.md "Faults"), so the usage alone
+# covers it; the margin is for what the actor allocates between the sample and
+# the pause, and the filesystem's own blocks.
 IMAGE_MARGIN_BYTES = 16 * MiB
 IMAGE_MARGIN_SHARE = 0.05
 
 # How long a failed save's sandbox is watched for its exit to begin before it is
-# judged alive. Measured on release-20260817 (benchmarks/bench_faults.py,
-# docs/performance.md "Faults"): a save that ran out of space lets the sandbox go
-# within 10 ms, one whose runsc was killed within 30 ms (16-64 MiB) to 700 ms
-# (256 MiB, most of it the kernel freeing its memory); one that failed before the
-# pause runs on and never exits.
+# judged alive: ten times the slowest exit measured after a save that failed
+# once runsc had paused the sandbox (benchmarks/bench_faults.py, docs/
+# performance.md "Faults"); one that failed before the pause runs on and never
+# exits.
 SETTLE_AFTER_FAILED_SAVE = 3.0
 # Once it is exiting, how long its exit is waited for (a large sandbox's memory
 # takes the kernel a while to free; its GPUs are not free before).

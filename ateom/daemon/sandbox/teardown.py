@@ -94,7 +94,7 @@ def _stop(runsc: Runsc, ordered: Sequence[str], grace: float) -> None:
 
 
 # The least time a runsc call in a teardown is given, however little of the
-# grace is left: runsc's own start-up takes ~10 ms.
+# grace is left: runsc's own start-up takes part of it.
 _MIN_CALL = 0.5
 
 
@@ -112,14 +112,14 @@ class StoppedSandbox:
     Listed while runsc saves, not after: once runsc checkpoint has returned, the
     sandbox is often exiting by itself already (release-20260817: its main
     thread gone, a zombie whose other threads are still tearing its memory down
-    and still hold its files, the device nodes among them; 15-30 ms from the
-    save's return to its last thread's exit on the 2-core VM, the same with or
-    without a kill). Held by pidfd from before that, it is waited for until its
+    and still hold its files, the device nodes among them, for a while after
+    the save's return, with or without a kill: docs/performance.md, "GPU
+    hand-over"). Held by pidfd from before that, it is waited for until its
     last thread has gone (a pidfd turns readable only then): its GPUs are not
     handed over while it still has them open. Held, the kill never reaches a
     process that took a freed pid meanwhile. The kill ends what would not exit
     by itself (the root's gofer waits for `runsc delete` otherwise); the scan of
-    /proc (~1.5 ms) is off the call's path.
+    /proc is off the call's path.
 
     Where pidfds cannot be had, `kill` lists them itself, by pid, right before
     it signals them (`sandbox_processes` sees a process whose main thread is

@@ -32,7 +32,7 @@ def test_a_wait_ends_when_the_last_start_in_flight_ends() -> None:
     starts = Starts()
     first, second = threading.Event(), threading.Event()
     threads = [_start_in_thread(starts, first), _start_in_thread(starts, second)]
-    assert starts.in_flight == 2
+    assert starts.wait_idle(0) is False  # both in flight
     done: list[tuple[bool, bool]] = []
     waiter = threading.Thread(target=lambda: done.append(
         (starts.wait_idle(10), second.is_set())))
@@ -44,7 +44,7 @@ def test_a_wait_ends_when_the_last_start_in_flight_ends() -> None:
     second.set()
     waiter.join(5)
     assert done == [(True, True)]
-    assert starts.in_flight == 0
+    assert starts.wait_idle(0) is True
 
 
 def test_the_wait_is_bounded() -> None:
@@ -61,12 +61,11 @@ def test_the_wait_is_bounded() -> None:
 def test_a_start_set_aside_is_not_waited_for_and_counts_again_after() -> None:
     starts = Starts()
     with starts.starting():
-        assert starts.in_flight == 1
+        assert starts.wait_idle(0) is False
         with starts.set_aside():  # waiting for its own uid's release
-            assert starts.in_flight == 0
             assert starts.wait_idle(0) is True
-        assert starts.in_flight == 1
-    assert starts.in_flight == 0
+        assert starts.wait_idle(0) is False
+    assert starts.wait_idle(0) is True
 
 
 def test_set_aside_outside_a_start_changes_nothing() -> None:
@@ -74,8 +73,8 @@ def test_set_aside_outside_a_start_changes_nothing() -> None:
     other = threading.Event()
     thread = _start_in_thread(starts, other)  # another thread's start
     with starts.set_aside():
-        assert starts.in_flight == 1
-    assert starts.in_flight == 1
+        assert starts.wait_idle(0) is False
+    assert starts.wait_idle(0) is False
     other.set()
     thread.join(5)
-    assert starts.in_flight == 0
+    assert starts.wait_idle(0) is True

@@ -15,7 +15,13 @@ from ateom.daemon.gpus.pool import GpuPool
 from ateom.errors import AteomError, ErrorCode
 from ateom.gpuinfo.inventory import GpuFacts, WorkerGpus
 from ateom.gpuinfo.placement import GpuRequest, PlacementRefused
-from ateom.gpuinfo.record import RECORD_FILE, ContainerDevices, build_record
+from ateom.gpuinfo.record import (
+    RECORD_FILE,
+    ContainerDevices,
+    RunscBuild,
+    build_record,
+    write_record,
+)
 from ateom.runsc.probe import RunscInfo
 from ateom.settings import parse_placement
 
@@ -35,7 +41,7 @@ def _pool(gpus: int) -> tuple[GpuPool, tuple[str, ...]]:
             tuple(f"nvidia.com/gpu={i}" for i in range(gpus)))
 
 
-RECORD = build_record(runsc=compat_record.runsc_build(INFO), driver_version=DRIVER,
+RECORD = build_record(runsc=RunscBuild.of_version(INFO.version), driver_version=DRIVER,
                       gpus=[_gpu(0), _gpu(1)],
                       containers=[ContainerDevices("app", ("nvidia.com/gpu=0", "nvidia.com/gpu=1"),
                                                    "sha256:" + "0" * 64)])
@@ -45,7 +51,7 @@ def test_the_record_is_written_beside_the_image_and_read_back(tmp_path: Path) ->
     image = tmp_path / "ckpt"
     image.mkdir()
     assert compat_record.read(str(image), beneath=str(tmp_path)) is None  # a CPU checkpoint
-    written = compat_record.write(str(image), RECORD, beneath=str(tmp_path))
+    written = write_record(str(image), RECORD, beneath=str(tmp_path))
     assert Path(written).parent == image
     assert compat_record.read(str(image), beneath=str(tmp_path)) == RECORD
 

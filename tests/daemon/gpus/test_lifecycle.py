@@ -10,13 +10,12 @@ import pytest
 
 from ateom.daemon.bundles.plan import DeviceView, GpuTools
 from ateom.daemon.calls.requests import ActorDirs, ActorRef, GpuWish, RestoreRequest, RunRequest
-from ateom.daemon.gpus import compat_record
 from ateom.daemon.gpus.checkpoint_policy import TOOL_IN_CONTAINER
 from ateom.daemon.gpus.lifecycle import GpuActors
 from ateom.daemon.gpus.pool import GpuPool
 from ateom.errors import AteomError, ErrorCode
 from ateom.gpuinfo.inventory import GpuFacts, WorkerGpus
-from ateom.gpuinfo.record import ContainerDevices, build_record
+from ateom.gpuinfo.record import ContainerDevices, RunscBuild, build_record, write_record
 from ateom.runsc.probe import RunscInfo
 from ateom.settings import GpuSettings, NodeSettings, NvproxyOptions, parse_placement
 
@@ -88,10 +87,10 @@ def test_a_gpu_image_without_a_tool_here_is_refused_before_booking(
     actors = _actors(tmp_path, tool=False)
     image = tmp_path / "a" / "restore"
     image.mkdir(parents=True)
-    record = build_record(runsc=compat_record.runsc_build(INFO), driver_version="580.95.05",
+    record = build_record(runsc=RunscBuild.of_version(INFO.version), driver_version="580.95.05",
                           gpus=[_gpu(0)], containers=[ContainerDevices(
                               "app", GPUS[:1], "sha256:" + "0" * 64)])
-    compat_record.write(str(image), record, beneath=str(tmp_path))
+    write_record(str(image), record, beneath=str(tmp_path))
     restore = RestoreRequest(ActorRef("a"), DIRS)
     with pytest.raises(AteomError, match="needs cuda-checkpoint") as err:
         actors.place("a", restore, INFO, GPU_VIEW, str(image))

@@ -24,10 +24,6 @@ DEFAULT_DRIVER_ROOT = "/usr/local/nvidia"
 DEFAULT_TOOLKIT_DIR = "/opt/nvidia-toolkit"
 DEFAULT_SPEC_DIRS: tuple[str, ...] = ("/etc/cdi", "/var/run/cdi")
 DEFAULT_GPU_GLOB = "/dev/nvidia[0-9]*"
-# The control nodes nvproxy opens for every GPU sandbox, beside the GPUs' own
-# (runsc fails "failed to open /dev/nvidiactl" without them); nvidia-uvm-tools
-# and nvidia-modeset are optional.
-CONTROL_NODE_NAMES = ("nvidiactl", "nvidia-uvm")
 
 DRIVER_ROOT_ENV = "ATEOM_NVIDIA_DRIVER_ROOT"
 TOOLKIT_DIR_ENV = "ATEOM_NVIDIA_TOOLKIT_DIR"
@@ -89,11 +85,6 @@ class NodeSettings:
     def dev_dir(self) -> str:
         """The directory of the GPU device nodes (and of nvidiactl, nvidia-uvm)."""
         return os.path.dirname(self.gpu_glob) or "/dev"
-
-    @property
-    def control_nodes(self) -> tuple[str, ...]:
-        """The control nodes nvproxy needs, beside the GPU nodes."""
-        return tuple(os.path.join(self.dev_dir, n) for n in CONTROL_NODE_NAMES)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ) -> NodeSettings:

@@ -38,21 +38,21 @@ def _pod() -> list[PodGpu]:
 def _filled(placement: str, actors: int, request: GpuRequest) -> GpuPlacer:
     placer = GpuPlacer(_pod(), parse_placement(placement))
     for i in range(actors):
-        placer.place(f"actor-{i:03d}-0f8c12ab34cd", request)
+        placer.choose(f"actor-{i:03d}-0f8c12ab34cd", request)
     return placer
 
 
 def _place_release(placer: GpuPlacer, request: GpuRequest) -> Callable[[], None]:
     def op() -> None:
-        placer.place("timed-actor", request)
-        placer.release("timed-actor")
+        placer.choose("timed-actor", request)
+        placer.vacate("timed-actor")
     return op
 
 
 def _refused(placer: GpuPlacer, request: GpuRequest) -> Callable[[], None]:
     def op() -> None:
         try:
-            placer.place("timed-actor", request)
+            placer.choose("timed-actor", request)
         except PlacementRefused:
             pass
         else:

@@ -142,3 +142,45 @@ def test_the_daemons_tests_mirror_its_sub_packages() -> None:
     tests = ROOT / "tests" / "daemon"
     missing = [p for p in packages if not list((tests / p).glob("test_*.py"))]
     assert packages and not missing, f"no tests/daemon/<package>/test_*.py for {missing}"
+
+
+# gVisor's GPU vocabulary lives in one module; both the bundles and the GPU side
+# import it from there (`ateom.gpuinfo.nvproxy`).
+VOCABULARY = PACKAGE / "gpuinfo" / "nvproxy.py"
+_VOCABULARY_NAMES = {"GPU_KIND", "ALL_GPUS_NAME", "PROXIED_VENDOR", "CONTROL_NODE_NAMES",
+                     "MIG_NODE_PREFIX", "is_mig_name", "gpu_index", "control_node_paths",
+                     "check_gvisor_devices", "check_resolution_for_gvisor", "check_nvproxy",
+                     "check_nvproxy_driver", "DeviceView", "GpuTools"}
+_VOCABULARY_WORDS = ("nvidia.com", "nvidiactl", "nvidia-uvm", "nvidia-caps")
+
+
+def vocabulary_defined_in(path: Path) -> list[str]:
+    """GPU names and nvproxy rules `path` defines at its top level: a def, class or
+    assignment of one of the vocabulary's names, or a constant spelling one of its
+    words (pure over the file's syntax tree)."""
+    found = []
+    for node in ast.parse(path.read_text(), str(path)).body:
+        if isinstance(node, ast.FunctionDef | ast.ClassDef) and node.name in _VOCABULARY_NAMES:
+            found.append(f"{node.name} (line {node.lineno})")
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names = [t.id for t in targets if isinstance(t, ast.Name)]
+            words = [c.value for c in ast.walk(node) if isinstance(c, ast.Constant)
+                     and isinstance(c.value, str)
+                     and any(w in c.value for w in _VOCABULARY_WORDS)]
+            if set(names) & _VOCABULARY_NAMES or words:
+                found.append(f"{', '.join(names) or '?'} (line {node.lineno})")
+    return found
+
+
+def test_gpu_names_and_nvproxy_rules_are_defined_in_one_module() -> None:
+    assert vocabulary_defined_in(VOCABULARY)  # the module itself is found
+    elsewhere = {str(p.relative_to(ROOT)): found for p in sorted(PACKAGE.rglob("*.py"))
+                 if p != VOCABULARY and (found := vocabulary_defined_in(p))}
+    assert not elsewhere, f"define these in ateom/gpuinfo/nvproxy.py: {elsewhere}"
+
+
+def test_the_vocabulary_rule_finds_a_stray_definition(tmp_path: Path) -> None:
+    stray = tmp_path / "stray.py"
+    stray.write_text('KIND = "nvidia.com/gpu"\ndef is_mig_name(q):\n    return False\n')
+    assert vocabulary_defined_in(stray) == ["KIND (line 1)", "is_mig_name (line 2)"]

@@ -29,7 +29,7 @@ import-graph test holds every package of ateom to a layering without cycles):
    (may a call start; the drain), `hosting` (a planned sandbox put up and
    taken down), `stats`.
 5. `gpus`: the GPU side of an actor's life — `lifecycle` (which GPUs at Run
-   and Restore, what a checkpoint saves), `pool` (the Pod's GPUs booked per
+   and Restore, what a checkpoint saves), `placement` (the Pod's GPUs booked per
    actor over `ateom.gpuinfo.placement`), `checkpoint_policy` (**where a GPU
    checkpoint is decided**: refused before the sandbox is touched, or the
    flags it needs), `compat_record` (the record written with a GPU image,

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ateom.errors import AteomError, ErrorCode, quote
+from ateom.gpuinfo.nvproxy import ALL_GPUS_NAME, control_node_paths
 from ateom.settings import (
     ACTORS_ROOT_ENV,
     DEFAULT_RUN_DIR,
@@ -20,7 +21,7 @@ from ateom.settings import (
     runsc_global_flags_from_env,
 )
 
-DEFAULT_DEVICES = ("nvidia.com/gpu=all",)
+DEFAULT_DEVICES = (ALL_GPUS_NAME,)
 # The libraries without which CUDA cannot start: their SONAME links are the
 # ones a workload's loader looks up first.
 CORE_LIBRARY_SONAMES = ("libcuda.so.1", "libnvidia-ml.so.1")
@@ -33,7 +34,7 @@ class DoctorConfig:
     node, gpu: the daemon's own settings values (`ateom.settings`), read
         from the same environment twins with the same defaults.
     control_nodes: the control device nodes nvproxy needs; default, the
-        `CONTROL_NODE_NAMES` in the GPU glob's directory.
+        `ateom.gpuinfo.nvproxy.CONTROL_NODE_NAMES` in the GPU glob's directory.
     devices: the qualified CDI names resolved and dry-run injected (what a
         GPU actor gets by default: every GPU of the Pod).
     proc_driver_version: the kernel module's version file, read for the host
@@ -83,7 +84,7 @@ class DoctorConfig:
 
     @property
     def control_node_paths(self) -> tuple[str, ...]:
-        return self.control_nodes or self.node.control_nodes
+        return self.control_nodes or control_node_paths(self.node.dev_dir)
 
 
 def _first(environ: Mapping[str, str], *names: str) -> str:

@@ -8,9 +8,12 @@
 - `compat`: may a checkpoint be restored here, and onto which GPUs.
 - `cuda_checkpoint`: find and probe NVIDIA's cuda-checkpoint and judge the driver.
 - `placement`: the pure GPU placer (which actor holds which of the Pod's
-  GPUs; exclusive or shared), the daemon's `gpus.pool` books through it.
+  GPUs; exclusive or shared), the daemon's `gpus.placement` books through it.
 - `nvidia_ctk`: generating a CDI spec with NVIDIA's nvidia-ctk when the node
   has GPUs but no spec.
+- `nvproxy`: gVisor's GPU vocabulary in one place: the GPU kind and names, MIG,
+  the control nodes, what runsc's nvproxy can pass through, the device view an
+  actor's containers choose from and the tools its GPU containers get.
 - `mps`: NVIDIA MPS in a CDI spec, which gVisor actors cannot use.
 - `cli`: ``ateom checkpoint-info``, a checkpoint's record and whether this
   worker could restore it.

@@ -20,19 +20,19 @@ another model, more GPUs than it has).
 
 The daemon calls this under its admission lock (the placer locks inside
 too, so a caller that forgets cannot double-book a GPU):
-- Run: `place` before any bundle is written; containers choose among
-  ``grant.names``; if the boot fails, `release`.
-- Checkpoint: once the image is written and the sandbox is gone, `release`
-  (the checkpoint's GPU facts go in ateom.gpuinfo.record's CompatRecord). A
-  failed checkpoint that leaves the actor running keeps its GPUs.
+- Run: `choose` before any bundle is written; containers choose among
+  ``grant.names``; if the boot fails, `vacate`.
+- Checkpoint: once the stopped sandbox is killed, `vacate` (the checkpoint's
+  GPU facts go in ateom.gpuinfo.record's CompatRecord). A failed checkpoint
+  that leaves the actor running keeps its GPUs.
 - Restore: pick targets with ateom.gpuinfo.compat.place_restore among the
   GPUs of ``snapshot().with_room()``, then book exactly those with
-  ``place(uid, GpuRequest.at_indices(...))`` (or ``.named``): a refusal
+  ``choose(uid, GpuRequest.at_indices(...))`` (or ``.named``): a refusal
   there (another Restore won the race) names the holder and books nothing.
   Without that record, ``GpuRequest(count, model=...)`` (runsc remaps) or
-  ``at_indices(..., model=...)`` (it does not). If the restore fails, `release`.
-- Terminate: `release` once the sandbox is gone (idempotent: a repeated
-  Terminate or a rollback after a partial one is harmless).
+  ``at_indices(..., model=...)`` (it does not). If the restore fails, `vacate`.
+- Terminate, and a sandbox that exited on its own: `vacate` (idempotent: a
+  repeated Terminate or a rollback after a partial one is harmless).
 """
 
 from __future__ import annotations
@@ -207,7 +207,7 @@ class GpuPlacer:
         self._refusals = dict.fromkeys(RefusalReason, 0)
         self._lock = threading.Lock()
 
-    def place(self, actor_uid: str, request: GpuRequest) -> Grant:
+    def choose(self, actor_uid: str, request: GpuRequest) -> Grant:
         """Give `actor_uid` the GPUs `request` asks for, or raise PlacementRefused."""
         with self._lock:
             if actor_uid in self._held:
@@ -228,7 +228,7 @@ class GpuPlacer:
                 self._held[actor_uid] = (chosen, grant)
             return grant
 
-    def release(self, actor_uid: str) -> tuple[PodGpu, ...]:
+    def vacate(self, actor_uid: str) -> tuple[PodGpu, ...]:
         """Free every GPU `actor_uid` holds; what it held (none the second time)."""
         with self._lock:
             chosen, grant = self._held.pop(actor_uid, ((), None))

@@ -44,7 +44,7 @@ def indices(gpus: Sequence[PodGpu]) -> list[int]:
 
 def refused(placer: GpuPlacer, uid: str, request: GpuRequest) -> PlacementRefused:
     with pytest.raises(PlacementRefused) as err:
-        placer.place(uid, request)
+        placer.choose(uid, request)
     return err.value
 
 
@@ -83,7 +83,7 @@ def test_default_keeps_every_actor_on_every_gpu() -> None:
     assert DEFAULT_PLACEMENT == parse_placement("shared")
     placer = GpuPlacer(pod(4))
     for uid in "abcdefgh":
-        assert indices(placer.place(uid, GpuRequest()).gpus) == [0, 1, 2, 3]
+        assert indices(placer.choose(uid, GpuRequest()).gpus) == [0, 1, 2, 3]
 
 
 # -- requests -----------------------------------------------------------------------
@@ -113,16 +113,16 @@ def test_request_builders_count_what_they_name() -> None:
 
 def test_exclusive_count_takes_lowest_free_indices() -> None:
     placer = GpuPlacer(pod(8), EXCLUSIVE)
-    assert indices(placer.place("a", GpuRequest(2)).gpus) == [0, 1]
-    assert indices(placer.place("b", GpuRequest(3)).gpus) == [2, 3, 4]
-    placer.release("a")
-    assert indices(placer.place("c", GpuRequest(3)).gpus) == [0, 1, 5]
+    assert indices(placer.choose("a", GpuRequest(2)).gpus) == [0, 1]
+    assert indices(placer.choose("b", GpuRequest(3)).gpus) == [2, 3, 4]
+    placer.vacate("a")
+    assert indices(placer.choose("c", GpuRequest(3)).gpus) == [0, 1, 5]
 
 
 def test_exclusive_all_needs_every_gpu_free() -> None:
     placer = GpuPlacer(pod(3), EXCLUSIVE)
-    placer.place("a", GpuRequest(1))
-    placer.place("c", GpuRequest(1))
+    placer.choose("a", GpuRequest(1))
+    placer.choose("c", GpuRequest(1))
     err = refused(placer, "b", GpuRequest())
     assert err.code is ErrorCode.RESOURCE_EXHAUSTED
     assert err.reason is RefusalReason.TOO_FEW_FREE
@@ -132,8 +132,8 @@ def test_exclusive_all_needs_every_gpu_free() -> None:
 
 def test_too_few_free_names_who_holds_what() -> None:
     placer = GpuPlacer(pod(3), EXCLUSIVE)
-    placer.place("a", GpuRequest(1))
-    placer.place("c", GpuRequest(1))
+    placer.choose("a", GpuRequest(1))
+    placer.choose("c", GpuRequest(1))
     err = refused(placer, "b", GpuRequest(2))
     assert err.reason is RefusalReason.TOO_FEW_FREE
     assert err.message == ("actor b: needs 2 GPUs: 1 free (nvidia.com/gpu=0 held by a;"
@@ -142,8 +142,8 @@ def test_too_few_free_names_who_holds_what() -> None:
 
 def test_refusal_merges_runs_of_one_holder() -> None:
     placer = GpuPlacer(pod(6), EXCLUSIVE)
-    placer.place("a", GpuRequest(4))
-    placer.place("c", GpuRequest(1))
+    placer.choose("a", GpuRequest(4))
+    placer.choose("c", GpuRequest(1))
     err = refused(placer, "b", GpuRequest(2))
     assert "(nvidia.com/gpu=0 to nvidia.com/gpu=3 held by a; nvidia.com/gpu=4 held by c)" \
         in err.message
@@ -152,7 +152,7 @@ def test_refusal_merges_runs_of_one_holder() -> None:
 def test_refusal_message_stays_bounded_on_64_gpus() -> None:
     placer = GpuPlacer(pod(64), EXCLUSIVE)
     for i in range(64):
-        placer.place(f"actor-{i:02d}-0f8c12ab34cd56ef", GpuRequest(1))
+        placer.choose(f"actor-{i:02d}-0f8c12ab34cd56ef", GpuRequest(1))
     err = refused(placer, "late", GpuRequest(1))
     assert len(err.message) < 800
     assert "nvidia.com/gpu=7 held by actor-07-0f8c12ab34cd56ef" in err.message
@@ -162,65 +162,65 @@ def test_refusal_message_stays_bounded_on_64_gpus() -> None:
 
 def test_exclusive_never_gives_one_gpu_twice_until_released() -> None:
     placer = GpuPlacer(pod(2), EXCLUSIVE)
-    placer.place("a", GpuRequest(2))
+    placer.choose("a", GpuRequest(2))
     refused(placer, "b", GpuRequest(1))
-    assert indices(placer.release("a")) == [0, 1]
-    assert indices(placer.place("b", GpuRequest(1)).gpus) == [0]
+    assert indices(placer.vacate("a")) == [0, 1]
+    assert indices(placer.choose("b", GpuRequest(1)).gpus) == [0]
 
 
 # -- shared -----------------------------------------------------------------------
 
 def test_shared_cap_refuses_once_gpus_are_full() -> None:
     placer = GpuPlacer(pod(2), parse_placement("shared:2"))
-    placer.place("a", GpuRequest())
-    placer.place("b", GpuRequest())
+    placer.choose("a", GpuRequest())
+    placer.choose("b", GpuRequest())
     err = refused(placer, "c", GpuRequest())
     assert err.code is ErrorCode.RESOURCE_EXHAUSTED
     assert err.reason is RefusalReason.CAP_REACHED
     assert err.message == ("actor c: needs all 2 GPUs: 0 under the cap of 2 actors per GPU"
                            " (nvidia.com/gpu=0 to nvidia.com/gpu=1 held by a, b)")
-    placer.release("a")
-    assert indices(placer.place("c", GpuRequest()).gpus) == [0, 1]
+    placer.vacate("a")
+    assert indices(placer.choose("c", GpuRequest()).gpus) == [0, 1]
 
 
 def test_shared_count_spreads_over_least_held() -> None:
     placer = GpuPlacer(pod(4), parse_placement("shared:2"))
-    got = [indices(placer.place(f"u{i}", GpuRequest(1)).gpus) for i in range(8)]
+    got = [indices(placer.choose(f"u{i}", GpuRequest(1)).gpus) for i in range(8)]
     assert got == [[0], [1], [2], [3], [0], [1], [2], [3]]
-    placer.release("u5")  # GPU 1 now has one holder, the others two
-    assert indices(placer.place("late", GpuRequest(1)).gpus) == [1]
+    placer.vacate("u5")  # GPU 1 now has one holder, the others two
+    assert indices(placer.choose("late", GpuRequest(1)).gpus) == [1]
     assert refused(placer, "more", GpuRequest(1)).reason is RefusalReason.CAP_REACHED
 
 
 def test_shared_cap_message_names_few_holders_per_gpu() -> None:
     placer = GpuPlacer(pod(1), parse_placement("shared:5"))
     for uid in "abcde":
-        placer.place(uid, GpuRequest())
+        placer.choose(uid, GpuRequest())
     err = refused(placer, "f", GpuRequest(1))
     assert "nvidia.com/gpu=0 held by a, b, c and 2 more)" in err.message
 
 
 def test_shared_named_gpus_within_cap() -> None:
     placer = GpuPlacer(pod(4), parse_placement("shared:1"))
-    placer.place("a", GpuRequest.named(["nvidia.com/gpu=2"]))
+    placer.choose("a", GpuRequest.named(["nvidia.com/gpu=2"]))
     err = refused(placer, "b", GpuRequest.named(["nvidia.com/gpu=1", "nvidia.com/gpu=2"]))
     assert err.reason is RefusalReason.CAP_REACHED
     assert err.message == ("actor b: needs nvidia.com/gpu=1, nvidia.com/gpu=2: 1 under the cap"
                            " of 1 actor per GPU (nvidia.com/gpu=2 held by a)")
-    assert indices(placer.place("b", GpuRequest.named(["nvidia.com/gpu=1"])).gpus) == [1]
+    assert indices(placer.choose("b", GpuRequest.named(["nvidia.com/gpu=1"])).gpus) == [1]
 
 
 # -- specific GPUs ------------------------------------------------------------------
 
 def test_named_grant_is_in_index_order() -> None:
     placer = GpuPlacer(pod(4), EXCLUSIVE)
-    grant = placer.place("a", GpuRequest.named(["nvidia.com/gpu=3", "nvidia.com/gpu=1"]))
+    grant = placer.choose("a", GpuRequest.named(["nvidia.com/gpu=3", "nvidia.com/gpu=1"]))
     assert grant.names == ("nvidia.com/gpu=1", "nvidia.com/gpu=3")
 
 
 def test_named_gpu_held_by_another_actor() -> None:
     placer = GpuPlacer(pod(4), EXCLUSIVE)
-    placer.place("a", GpuRequest.named(["nvidia.com/gpu=3"]))
+    placer.choose("a", GpuRequest.named(["nvidia.com/gpu=3"]))
     err = refused(placer, "b", GpuRequest.named(["nvidia.com/gpu=1", "nvidia.com/gpu=3"]))
     assert err.code is ErrorCode.RESOURCE_EXHAUSTED
     assert err.reason is RefusalReason.NAMES_TAKEN
@@ -247,7 +247,7 @@ def test_many_unknown_names_are_counted_not_listed() -> None:
 
 def test_exact_indices() -> None:
     placer = GpuPlacer(pod(4), EXCLUSIVE)
-    assert indices(placer.place("a", GpuRequest.at_indices([2, 0])).gpus) == [0, 2]
+    assert indices(placer.choose("a", GpuRequest.at_indices([2, 0])).gpus) == [0, 2]
     err = refused(placer, "b", GpuRequest.at_indices([1, 2]))
     assert err.reason is RefusalReason.INDICES_TAKEN
     assert err.message == ("actor b: needs the GPUs at indices 1, 2: 1 free"
@@ -261,7 +261,7 @@ def test_exact_indices() -> None:
 
 def test_model_constraint_picks_that_model_only() -> None:
     placer = GpuPlacer([gpu(0, A100), gpu(1, H100), gpu(2, A100), gpu(3, H100)], EXCLUSIVE)
-    assert indices(placer.place("a", GpuRequest(2, model=H100)).gpus) == [1, 3]
+    assert indices(placer.choose("a", GpuRequest(2, model=H100)).gpus) == [1, 3]
     err = refused(placer, "b", GpuRequest(1, model=H100))
     assert err.reason is RefusalReason.TOO_FEW_FREE  # there are two: waiting helps
     err = refused(placer, "b", GpuRequest(3, model=A100))
@@ -289,11 +289,11 @@ def test_more_than_the_pod_has() -> None:
 
 def test_none_and_all_of_no_gpus_hold_nothing() -> None:
     placer = GpuPlacer(pod(2), EXCLUSIVE)
-    assert placer.place("sidecar-only", GpuRequest(0)).gpus == ()
+    assert placer.choose("sidecar-only", GpuRequest(0)).gpus == ()
     assert placer.held_by("sidecar-only") == ()
     empty = GpuPlacer([], EXCLUSIVE)
-    assert empty.place("a", GpuRequest()).gpus == ()
-    assert empty.place("b", GpuRequest()).gpus == ()
+    assert empty.choose("a", GpuRequest()).gpus == ()
+    assert empty.choose("b", GpuRequest()).gpus == ()
     assert refused(empty, "c", GpuRequest(1)).reason is RefusalReason.EXCEEDS_POD
 
 
@@ -301,23 +301,23 @@ def test_none_and_all_of_no_gpus_hold_nothing() -> None:
 
 def test_placing_a_holder_again_is_refused_until_released() -> None:
     placer = GpuPlacer(pod(4), EXCLUSIVE)
-    placer.place("a", GpuRequest(1))
+    placer.choose("a", GpuRequest(1))
     with pytest.raises(AteomError) as err:
-        placer.place("a", GpuRequest(1))
+        placer.choose("a", GpuRequest(1))
     assert err.value.code is ErrorCode.ALREADY_EXISTS
     assert err.value.message == "actor a: already holds nvidia.com/gpu=0; release first"
     assert indices(placer.held_by("a")) == [0]
-    placer.release("a")
-    assert indices(placer.place("a", GpuRequest(1)).gpus) == [0]
+    placer.vacate("a")
+    assert indices(placer.choose("a", GpuRequest(1)).gpus) == [0]
 
 
 def test_release_is_total_and_idempotent() -> None:
     placer = GpuPlacer(pod(4), parse_placement("shared:3"))
-    placer.place("a", GpuRequest())
-    placer.place("b", GpuRequest(2))
-    assert indices(placer.release("a")) == [0, 1, 2, 3]
-    assert placer.release("a") == ()
-    assert placer.release("never-placed") == ()
+    placer.choose("a", GpuRequest())
+    placer.choose("b", GpuRequest(2))
+    assert indices(placer.vacate("a")) == [0, 1, 2, 3]
+    assert placer.vacate("a") == ()
+    assert placer.vacate("never-placed") == ()
     assert dict(placer.holders()) == {"nvidia.com/gpu=0": ("b",), "nvidia.com/gpu=1": ("b",),
                                       "nvidia.com/gpu=2": (), "nvidia.com/gpu=3": ()}
 
@@ -326,7 +326,7 @@ def test_snapshot_counts_refusals_by_reason_and_refusal_changes_nothing() -> Non
     placer = GpuPlacer(pod(2), EXCLUSIVE)
     assert set(placer.snapshot().refusals) == set(RefusalReason)
     assert not any(placer.snapshot().refusals.values())
-    placer.place("a", GpuRequest(1))
+    placer.choose("a", GpuRequest(1))
     before = placer.snapshot()
     refused(placer, "b", GpuRequest(2))
     refused(placer, "b", GpuRequest(2))
@@ -355,14 +355,14 @@ def test_pod_gpus_must_be_distinct(twice: list[PodGpu]) -> None:
 
 def test_restore_onto_the_same_indices_or_matching_ones() -> None:
     placer = GpuPlacer(pod(4), EXCLUSIVE)
-    saved = placer.place("a", GpuRequest(2, model=H100)).gpus  # indices 0, 1
-    placer.release("a")  # checkpointed
-    placer.place("b", GpuRequest(1))  # takes index 0
+    saved = placer.choose("a", GpuRequest(2, model=H100)).gpus  # indices 0, 1
+    placer.vacate("a")  # checkpointed
+    placer.choose("b", GpuRequest(1))  # takes index 0
     err = refused(placer, "a", GpuRequest.at_indices(indices(saved), model=H100))
     assert err.reason is RefusalReason.INDICES_TAKEN
     assert "nvidia.com/gpu=0 held by b" in err.message
     assert placer.held_by("a") == ()
-    remapped = placer.place("a", GpuRequest(len(saved), model=H100))
+    remapped = placer.choose("a", GpuRequest(len(saved), model=H100))
     assert indices(remapped.gpus) == [1, 2]
 
 
@@ -371,9 +371,9 @@ def test_restore_onto_the_same_indices_or_matching_ones() -> None:
                                                  ("shared", [0, 1, 2, 3])])
 def test_with_room_lists_what_a_restore_may_take(placement: str, room: list[int]) -> None:
     placer = GpuPlacer(pod(4), parse_placement(placement))
-    placer.place("a", GpuRequest.at_indices([0, 1]))
+    placer.choose("a", GpuRequest.at_indices([0, 1]))
     if placement != "exclusive":
-        placer.place("b", GpuRequest.at_indices([0]))  # GPU 0 now has two holders
+        placer.choose("b", GpuRequest.at_indices([0]))  # GPU 0 now has two holders
     assert indices(placer.snapshot().with_room()) == room
 
 
@@ -411,7 +411,7 @@ def run(gpus: list[PodGpu], placement: PlacementSettings, ops: list[tuple]) -> l
         before = placer.snapshot()
         if op == "release":
             held = placer.held_by(uid)
-            assert placer.release(uid) == held  # release gives back what it held
+            assert placer.vacate(uid) == held  # release gives back what it held
             assert placer.held_by(uid) == ()
             after = placer.holders()
             assert all(uid not in after[g.name] for g in held)
@@ -420,7 +420,7 @@ def run(gpus: list[PodGpu], placement: PlacementSettings, ops: list[tuple]) -> l
             outcomes.append(("released", [g.index for g in held]))
         else:
             try:
-                grant = placer.place(uid, request)
+                grant = placer.choose(uid, request)
             except PlacementRefused as err:
                 assert placer.snapshot().gpus == before.gpus  # a refusal changes nothing
                 outcomes.append((err.reason, err.message))
@@ -486,7 +486,7 @@ def test_exclusive_grants_iff_enough_free(n: int, counts: list[int]) -> None:
     free = n
     for i, count in enumerate(counts):
         try:
-            got = placer.place(f"a{i}", GpuRequest(count)).gpus
+            got = placer.choose(f"a{i}", GpuRequest(count)).gpus
         except PlacementRefused:
             assert count > free
         else:
@@ -517,9 +517,9 @@ def test_concurrent_place_and_release_on_8_gpus(placement: str, limit: int) -> N
         start.wait()
         for step in range(300):
             uid = f"t{t}-{step % 3}"
-            placer.release(uid)  # a rerun of the same actor starts clean
+            placer.vacate(uid)  # a rerun of the same actor starts clean
             try:
-                grant = placer.place(uid, GpuRequest(rng.randint(1, 3)))
+                grant = placer.choose(uid, GpuRequest(rng.randint(1, 3)))
             except PlacementRefused:
                 continue
             with guard:  # our own ledger: who the placer says holds each GPU right now
@@ -530,7 +530,7 @@ def test_concurrent_place_and_release_on_8_gpus(placement: str, limit: int) -> N
             with guard:  # out of the ledger before the placer lets the GPUs go
                 for name in grant.names:
                     claimed[name].discard(uid)
-            placer.release(uid)
+            placer.vacate(uid)
 
     def watcher() -> None:
         start.wait()

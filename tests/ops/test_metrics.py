@@ -264,7 +264,7 @@ def test_start_daemon_metrics_reads_the_service_and_unsubscribes_on_close() -> N
     try:
         with phase("runsc.restore"):
             pass
-        placer.place("actor-1", GpuRequest(1))
+        placer.choose("actor-1", GpuRequest(1))
         refused("checkpoint", "no_cuda_checkpoint")
         with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/", timeout=5) as resp:
             text = resp.read().decode()
@@ -314,12 +314,12 @@ def test_placement_refusals_from_the_placer_reach_the_counter() -> None:
     from ateom.daemon.calls.refusals import refused
 
     placer = GpuPlacer([PodGpu("nvidia.com/gpu=0", 0)], parse_placement("shared:1"))
-    placer.place("a", GpuRequest())
+    placer.choose("a", GpuRequest())
     m = Metrics()
     detach = attach_to_daemon(m)
     try:
         with pytest.raises(PlacementRefused) as err:
-            placer.place("b", GpuRequest())
+            placer.choose("b", GpuRequest())
         refused("placement", err.value.reason.value)
     finally:
         detach()
@@ -336,11 +336,11 @@ def test_gpu_holders_follow_the_placer_at_scrape_time() -> None:
     assert [value(text, "ateom_gpu_holders", gpu=str(i)) for i in (0, 1, 2)] == [0, 0, 0]
     assert ("ateom_gpu_holders", frozenset({("gpu", "2")})) in samples(text)
     assert value(text, "ateom_gpu_placement_info", policy="shared:2") == 1
-    placer.place("a", GpuRequest())
-    placer.place("b", GpuRequest(1))
+    placer.choose("a", GpuRequest())
+    placer.choose("b", GpuRequest(1))
     text = m.scrape().decode()
     assert [value(text, "ateom_gpu_holders", gpu=str(i)) for i in (0, 1, 2)] == [2, 1, 1]
-    placer.release("a")
+    placer.vacate("a")
     text = m.scrape().decode()
     assert [value(text, "ateom_gpu_holders", gpu=str(i)) for i in (0, 1, 2)] == [1, 0, 0]
 

@@ -94,7 +94,7 @@ class Hosting:
             self._apply_and_boot(actor, sandbox, image_path)
         except BaseException:
             with phase("rollback"):
-                self.release(actor, grace=0)
+                self.take_down(actor, grace=0)
             raise
         actor.epoch_unix_nano = time.time_ns()
         self.table.up(actor)
@@ -155,7 +155,7 @@ class Hosting:
 
         self.reaper.watch(pid, exited)
 
-    def release(self, actor: Actor, grace: float, *, stopped: StoppedSandbox | None = None,
+    def take_down(self, actor: Actor, grace: float, *, stopped: StoppedSandbox | None = None,
                 on_exited: Callable[[], None] | None = None) -> None:
         """Tear the sandbox down (TERM, `grace`, KILL) and give its bundles back.
         `stopped`: runsc checkpoint has just stopped every container, these are

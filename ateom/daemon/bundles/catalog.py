@@ -13,10 +13,11 @@ from __future__ import annotations
 import os
 
 from ateom.cdi.registry import Registry
-from ateom.daemon.bundles.devices import GPU_KIND, pod_default_devices
+from ateom.daemon.bundles.devices import pod_default_devices
 from ateom.daemon.calls.phases import phase
 from ateom.errors import AteomError
 from ateom.gpuinfo.nvidia_ctk import SpecGenerator, gpu_present
+from ateom.gpuinfo.nvproxy import GPU_KIND
 from ateom.settings import NodeSettings
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -25,13 +25,13 @@ import structlog
 
 from ateom import safefs
 from ateom.cdi.model import Resolution
-from ateom.cdi.registry import Registry
 from ateom.daemon.bundles import confine, devices, edits
 from ateom.daemon.bundles.catalog import DeviceCatalog
 from ateom.daemon.calls import validation
 from ateom.daemon.calls.phases import phase
 from ateom.daemon.calls.requests import ActorDirs, ContainerRequest, DevicePolicy
 from ateom.errors import AteomError, ErrorCode, quote
+from ateom.gpuinfo.nvproxy import DeviceView, GpuTools
 from ateom.gpuinfo.record import edits_digest as digest_of_edits
 from ateom.inject.injector import InjectionPlan, plan_injection, stage_links
 from ateom.inject.options import InjectOptions, gvisor_nvidia_options
@@ -130,31 +130,7 @@ class SandboxPlan:
         return tuple(dict.fromkeys(d for c in self.containers for d in c.devices))
 
 
-@dataclass(frozen=True, slots=True)
-class DeviceView:
-    """The devices an actor's containers choose among: the registry, whether the
-    Pod has GPUs, the GPUs this actor was granted (what "the Pod's GPUs" means
-    for it), and per-container choices that replace the request's (a restore
-    puts each container back on the GPUs its checkpoint had)."""
-
-    registry: Registry | None  # None when no container can get devices
-    gpu_present: bool
-    pod_default: tuple[str, ...]  # the actor's GPUs: the Pod's, or those it was granted
-    pod_gpus: tuple[str, ...] = ()  # every whole GPU of the Pod
-    per_container: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-
-    def granted(self, names: Sequence[str],
-                per_container: Mapping[str, tuple[str, ...]] | None = None) -> DeviceView:
-        return DeviceView(self.registry, self.gpu_present, tuple(names), self.pod_gpus,
-                          dict(per_container or {}))
-
-
-@dataclass(frozen=True, slots=True)
-class GpuTools:
-    """What ateom adds to each GPU container for GPU checkpoints."""
-
-    cuda_checkpoint: str = ""  # host path, bind-mounted read-only; "" when not found
-    args_prefix: tuple[str, ...] = ()  # cuda-checkpoint --launch-job, when needed
+_NO_TOOLS = GpuTools()
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,7 +193,7 @@ class SandboxPlanner:
         return DeviceView(registry, present, pod, pod)
 
     def plan(self, uid: str, dirs: ActorDirs, containers: Sequence[ContainerRequest],
-             info: RunscInfo, devices: DeviceView, *, tools: GpuTools = GpuTools(),
+             info: RunscInfo, devices: DeviceView, *, tools: GpuTools = _NO_TOOLS,
              cpu_milli: int = 0, memory_bytes: int = 0) -> SandboxPlan:
         """Plan every bundle of the actor, sandbox root first (see the module doc)."""
         ctx = _Context(bundle_root=dirs.oci_bundle_dir, root_id=sandbox_root_id(uid, self.pause),

@@ -27,13 +27,13 @@ from collections.abc import Callable, Sequence
 
 import structlog
 
-from ateom.daemon.bundles.devices import GPU_KIND
 from ateom.daemon.bundles.plan import SandboxPlan
 from ateom.daemon.calls import refusals
 from ateom.daemon.calls.phases import phase
-from ateom.daemon.gpus.pool import GpuPool, gpu_index
+from ateom.daemon.gpus.placement import GpuPool
 from ateom.daemon.sandbox.boot import Sandbox
 from ateom.gpuinfo.compat import check_restore, runsc_remaps_gpus
+from ateom.gpuinfo.nvproxy import GPU_KIND, gpu_index
 from ateom.gpuinfo.placement import (
     GpuRequest,
     PlacementRefused,
@@ -130,7 +130,7 @@ def _renamed(name: str, index_map: dict[int, int]) -> str:
     return f"{GPU_KIND}={index_map[index]}"
 
 
-def place(record: CompatRecord, pool: GpuPool, uid: str, info: RunscInfo,
+def book_saved_gpus(record: CompatRecord, pool: GpuPool, uid: str, info: RunscInfo,
           pod_gpus: Sequence[str], *, nvproxy_capabilities: str
           ) -> tuple[tuple[str, ...], dict[str, tuple[str, ...]]]:
     """Check the record against this worker and book its GPUs: the names granted
@@ -159,7 +159,7 @@ def place(record: CompatRecord, pool: GpuPool, uid: str, info: RunscInfo,
     for warning in verdict.warnings:
         log.warning("restore_placement", warning=warning)
     targets = [m.target.index for m in verdict.mapping]
-    grant = pool.place(uid, GpuRequest.at_indices(targets), pod_gpus)
+    grant = pool.grant(uid, GpuRequest.at_indices(targets), pod_gpus)
     index_map = {m.saved.index: m.target.index for m in verdict.mapping}
     per_container = {c.name: tuple(_renamed(n, index_map) for n in c.cdi_devices)
                      for c in record.containers}

@@ -3,12 +3,12 @@ what goes into its GPU containers for checkpoints, whether and how it can be
 checkpointed, and the record its checkpoint carries.
 
 The lifecycle calls (`ateom.daemon.lifecycle.service`) ask here at fixed points:
-- Run/Restore, while planning: `place` (the --gpu-placement decision, or the
+- Run/Restore, while planning: `book` (the --gpu-placement decision, or the
   checkpoint record's GPUs on a restore) and `tools` (cuda-checkpoint mounted
   into the GPU containers, and its --launch-job where the driver needs it);
 - Checkpoint, before the sandbox is touched: `prepare_save` (refusals with
   the fix; the runsc flags; the record to write after the save);
-- Checkpoint, Terminate, a failed Run: `release`.
+- Checkpoint, Terminate, a failed Run, a sandbox that exited: `give_back`.
 """
 
 from __future__ import annotations
@@ -20,18 +20,17 @@ from dataclasses import dataclass
 import structlog
 
 from ateom.daemon.actors.table import Actor, Phase
-from ateom.daemon.bundles import devices
-from ateom.daemon.bundles.plan import DeviceView, GpuTools
 from ateom.daemon.calls import refusals
 from ateom.daemon.calls.requests import RestoreRequest, RunRequest
 from ateom.daemon.gpus import checkpoint_policy, compat_record
 from ateom.daemon.gpus.checkpoint_policy import Blocker
-from ateom.daemon.gpus.pool import GpuPool, request_for
+from ateom.daemon.gpus.placement import GpuPool, request_for
 from ateom.daemon.sandbox.teardown import sandbox_processes
 from ateom.errors import AteomError, ErrorCode
-from ateom.gpuinfo import cuda_checkpoint
+from ateom.gpuinfo import cuda_checkpoint, nvproxy
 from ateom.gpuinfo.gather import device_memory_by_pid, find_nvidia_smi, gather_worker_gpus
 from ateom.gpuinfo.inventory import WorkerGpus
+from ateom.gpuinfo.nvproxy import DeviceView, GpuTools
 from ateom.gpuinfo.record import CompatRecord
 from ateom.process.reaper import Reaper
 from ateom.process.runner import reaper_runner
@@ -73,7 +72,7 @@ class GpuActors:
 
     # -- Run / Restore ---------------------------------------------------------------
 
-    def place(self, uid: str, req: RunRequest | RestoreRequest, info: RunscInfo,
+    def book(self, uid: str, req: RunRequest | RestoreRequest, info: RunscInfo,
               view: DeviceView, image: str | None) -> DeviceView:
         """Book the actor's GPUs; the device view narrowed to them. A restore of a
         checkpoint with a record is checked against this worker first."""
@@ -87,14 +86,14 @@ class GpuActors:
                                  " cuda-checkpoint in the actor's containers: none was found"
                                  f" ({self.tool_searched()}); install it on the node",
                                  code=ErrorCode.FAILED_PRECONDITION)
-            names, per_container = compat_record.place(
+            names, per_container = compat_record.book_saved_gpus(
                 record, self.pool, uid, info, view.pod_gpus,
                 nvproxy_capabilities=self.settings.nvproxy.capabilities)
             return view.granted(names, per_container)
         request = request_for(req.gpus, req.containers)
         if request.count == 0:
             return view.granted(())
-        return view.granted(self.pool.place(uid, request, view.pod_gpus).names)
+        return view.granted(self.pool.grant(uid, request, view.pod_gpus).names)
 
     def tool(self) -> tuple[str, tuple[str, ...]]:
         """The worker's cuda-checkpoint (stats candidates): path or "", where looked."""
@@ -113,7 +112,7 @@ class GpuActors:
             return
         driver = self.settings.nvproxy.driver_version or self.pool.worker().driver_version
         try:
-            devices.check_nvproxy_driver(info, driver)
+            nvproxy.check_nvproxy_driver(info, driver)
         except AteomError:
             refusals.refused(kind, "unsupported_driver")
             raise
@@ -123,7 +122,8 @@ class GpuActors:
         worker without the control nodes nvproxy opens for every GPU sandbox, before
         any runsc call: runsc would fail it only at boot ("failed to open
         /dev/nvidiactl"), as if ateom had (stats the nodes)."""
-        missing = [n for n in self.node.control_nodes if not os.path.lexists(n)] if gpu else []
+        missing = ([n for n in nvproxy.control_node_paths(self.node.dev_dir)
+                    if not os.path.lexists(n)] if gpu else [])
         if missing:
             refusals.refused(kind, "no_control_nodes")
             raise AteomError(
@@ -143,8 +143,8 @@ class GpuActors:
         driver = self.pool.worker().driver_version
         return GpuTools(path, checkpoint_policy.launch_job_prefix(driver, len(view.pod_default)))
 
-    def release(self, uid: str) -> None:
-        freed = self.pool.release(uid)
+    def give_back(self, uid: str) -> None:
+        freed = self.pool.free(uid)
         if freed:
             log.info("gpus_released", gpus=list(freed))
 

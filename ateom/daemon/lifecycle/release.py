@@ -56,7 +56,7 @@ class Releases:
         GPUs and slot back, unhost it. `stopped`: after a checkpoint, its
         sandbox's processes (as the module says)."""
         try:
-            self.hosting.release(actor, grace, stopped=stopped,
+            self.hosting.take_down(actor, grace, stopped=stopped,
                                  on_exited=(lambda: self._hand_over(actor))
                                  if stopped is not None else None)
         finally:
@@ -72,11 +72,11 @@ class Releases:
         # Named as yielded before the pool lets them go: a Run placed on them
         # in between must find whom to wait for.
         self.actors.yield_capacity(actor, self.gpus.pool.held_by(uid))
-        self.gpus.release(uid)
+        self.gpus.give_back(uid)
 
     def free(self, actor: Actor) -> None:
         """Give the actor's GPUs and slot back (again: a no-op)."""
-        self.gpus.release(actor.ref.actor_uid)
+        self.gpus.give_back(actor.ref.actor_uid)
         self.actors.free(actor)
 
     def _hand_over(self, actor: Actor) -> None:

@@ -31,13 +31,7 @@ from ateom.daemon.actors.admission import Admission
 from ateom.daemon.actors.hosting import Hosting
 from ateom.daemon.actors.table import Actor, ActorTable, Op, Phase
 from ateom.daemon.bundles.catalog import DeviceCatalog
-from ateom.daemon.bundles.plan import (
-    CdiInjector,
-    DeviceView,
-    Injector,
-    SandboxPlan,
-    SandboxPlanner,
-)
+from ateom.daemon.bundles.plan import CdiInjector, Injector, SandboxPlan, SandboxPlanner
 from ateom.daemon.bundles.store import BundleStore
 from ateom.daemon.calls import sandbox_exits, validation
 from ateom.daemon.calls.phases import phase
@@ -52,7 +46,7 @@ from ateom.daemon.calls.requests import (
 )
 from ateom.daemon.gpus import compat_record
 from ateom.daemon.gpus.lifecycle import GpuActors, GpuSave
-from ateom.daemon.gpus.pool import GpuPool
+from ateom.daemon.gpus.placement import GpuPool
 from ateom.daemon.lifecycle import readiness
 from ateom.daemon.lifecycle.config import DaemonConfig
 from ateom.daemon.lifecycle.release import Releases
@@ -61,6 +55,7 @@ from ateom.daemon.sandbox.janitor import LogJanitor
 from ateom.daemon.sandbox.teardown import StoppedSandbox
 from ateom.errors import AteomError, ErrorCode, quote
 from ateom.gpuinfo.nvidia_ctk import SpecGenerator
+from ateom.gpuinfo.nvproxy import DeviceView
 from ateom.gpuinfo.placement import PlacementSnapshot
 from ateom.process.reaper import Reaper, default_reaper
 from ateom.runsc.commands import RunscError
@@ -163,7 +158,7 @@ class AteomService:
             if self.bundles.has_records(uid):
                 self.hosting.clean_leftovers(uid, self._leftover_runsc(uid))
             with phase("plan"):
-                view = self._place(actor, req, info, image)
+                view = self._book_gpus(actor, req, info, image)
                 self.gpus.check_driver(info, view, op.value)
                 plan = self.planner.plan(uid, req.dirs, req.containers, info, view,
                                          tools=self.gpus.tools(view), cpu_milli=req.cpu_milli,
@@ -174,20 +169,20 @@ class AteomService:
                 save.discard(image, beneath=self.config.actors_root)
             return plan
         except BaseException:
-            self.gpus.release(uid)
+            self.gpus.give_back(uid)
             self.actors.remove(actor)
             raise
         finally:
             actor.lock.release()
 
-    def _place(self, actor: Actor, req: RunRequest | RestoreRequest, info: RunscInfo,
+    def _book_gpus(self, actor: Actor, req: RunRequest | RestoreRequest, info: RunscInfo,
                image: str | None) -> DeviceView:
         """The actor's GPUs booked (its device view narrowed to them). GPUs a
         checkpointed actor yielded are booked at once; while that actor's sandbox
         is still exiting it is one of this one's `predecessors` (the hand-over:
         B's Run right after A's Checkpoint boots B's sandbox root meanwhile)."""
         uid = actor.ref.actor_uid
-        view = self.gpus.place(uid, req, info, self.planner.devices(req.containers), image)
+        view = self.gpus.book(uid, req, info, self.planner.devices(req.containers), image)
         booked = set(self.gpus.pool.held_by(uid))
         actor.predecessors += [d for d in self.actors.dying()
                                if booked & set(d.yielded_gpus) and d not in actor.predecessors]
@@ -198,7 +193,7 @@ class AteomService:
         the actor found it so): its GPUs go back at once, since a dead sandbox cannot
         use them; it stays listed as exited, holding its slot, until terminated."""
         uid = actor.ref.actor_uid
-        freed = self.gpus.pool.release(uid)
+        freed = self.gpus.pool.free(uid)
         sandbox_exits.exited("on_its_own")
         log.warning("actor_exited", actor_uid=uid, exit_code=actor.sandbox_exit,
                     gpus_released=list(freed))

@@ -12,6 +12,7 @@ from ateom.daemon.calls.requests import (
     DevicePolicy,
 )
 from ateom.errors import AteomError, ErrorCode
+from ateom.gpuinfo import nvproxy
 from ateom.runsc.probe import RunscInfo
 
 # -- devices --------------------------------------------------------------------
@@ -38,7 +39,7 @@ def test_choose_devices() -> None:
     ("amd.com/gpu=0", "vendor"), ("nvidia.com/gpu=0:0", "MIG"), ("nvidia.com/gpu=mig-1", "MIG")])
 def test_gvisor_refuses_devices_it_cannot_proxy(name: str, why: str) -> None:
     with pytest.raises(AteomError, match=why) as err:
-        devices.check_gvisor_devices("app", [name])
+        nvproxy.check_gvisor_devices("app", [name])
     assert err.value.code is ErrorCode.FAILED_PRECONDITION
 
 
@@ -46,15 +47,15 @@ def test_mig_reached_through_caps_nodes_is_refused() -> None:
     step = EditStep("nvidia.com/gpu=0", "/etc/cdi/n.json", ContainerEdits(
         device_nodes=(DeviceNode("/dev/nvidia-caps/nvidia-cap21"),)))
     with pytest.raises(AteomError, match="MIG"):
-        devices.check_resolution_for_gvisor("app", Resolution(("nvidia.com/gpu=0",), (step,)))
+        nvproxy.check_resolution_for_gvisor("app", Resolution(("nvidia.com/gpu=0",), (step,)))
 
 
 def test_nvproxy_needed() -> None:
     old = RunscInfo("/usr/bin/runsc", "0.0~20221219.0", frozenset({"root"}))
     with pytest.raises(AteomError, match="0.0~20221219.0") as err:
-        devices.check_nvproxy(old)
+        nvproxy.check_nvproxy(old)
     assert err.value.code is ErrorCode.FAILED_PRECONDITION
-    devices.check_nvproxy(RunscInfo("/x", "new", frozenset({"nvproxy"})))
+    nvproxy.check_nvproxy(RunscInfo("/x", "new", frozenset({"nvproxy"})))
 
 
 DEBIAN_2024 = RunscInfo("/usr/bin/runsc", "0.0~20240729.0", frozenset({"nvproxy"}),
@@ -65,7 +66,7 @@ def test_a_driver_the_runsc_does_not_list_is_refused_naming_both() -> None:
     # Outside its list runsc 0.0~20240729's sentry dies at boot, and the CLI says
     # only "waiting for sandbox to start: EOF".
     with pytest.raises(AteomError) as err:
-        devices.check_nvproxy_driver(DEBIAN_2024, "580.65.06")
+        nvproxy.check_nvproxy_driver(DEBIAN_2024, "580.65.06")
     assert err.value.code is ErrorCode.FAILED_PRECONDITION
     message = str(err.value)
     assert "580.65.06" in message and "535.104.05 to 550.90.07" in message
@@ -78,4 +79,4 @@ def test_a_driver_the_runsc_does_not_list_is_refused_naming_both() -> None:
     (RunscInfo("/x", "new", frozenset({"nvproxy"})), "580.65.06"),  # the runsc lists none
 ])
 def test_a_listed_or_unknowable_driver_passes(info: RunscInfo, driver: str) -> None:
-    devices.check_nvproxy_driver(info, driver)
+    nvproxy.check_nvproxy_driver(info, driver)

@@ -13,7 +13,7 @@ import pytest
 from ateom.cdi.registry import Registry
 from ateom.daemon.bundles.catalog import DeviceCatalog
 from ateom.daemon.bundles.edits import CONTAINER_TYPE, SANDBOX_ID, TOOL_IN_CONTAINER
-from ateom.daemon.bundles.plan import CdiInjector, DeviceView, GpuTools, SandboxPlanner
+from ateom.daemon.bundles.plan import CdiInjector, SandboxPlanner
 from ateom.daemon.calls.requests import (
     ActorDirs,
     ContainerRequest,
@@ -21,6 +21,7 @@ from ateom.daemon.calls.requests import (
     DevicePolicy,
 )
 from ateom.errors import AteomError, ErrorCode
+from ateom.gpuinfo.nvproxy import DeviceView, GpuTools
 from ateom.runsc.probe import RunscInfo
 from ateom.settings import NodeSettings
 from tests.support import build_busybox_bundle, build_fake_driver_libs, write_sim_gpu_spec

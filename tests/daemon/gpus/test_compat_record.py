@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from ateom.daemon.gpus import compat_record
-from ateom.daemon.gpus.pool import GpuPool
+from ateom.daemon.gpus.placement import GpuPool
 from ateom.errors import AteomError, ErrorCode
 from ateom.gpuinfo.inventory import GpuFacts, WorkerGpus
 from ateom.gpuinfo.placement import GpuRequest, PlacementRefused
@@ -102,8 +102,8 @@ def test_a_record_never_staged_is_written_after_the_save(tmp_path: Path) -> None
 def test_a_fitting_worker_books_free_gpus_and_renames_each_containers_devices(
         refusals: list[tuple[str, str]]) -> None:
     pool, names = _pool(4)
-    pool.place("other", GpuRequest.at_indices([0]), names)  # GPU 0 taken: land elsewhere
-    granted, per_container = compat_record.place(RECORD, pool, "g", INFO, names,
+    pool.grant("other", GpuRequest.at_indices([0]), names)  # GPU 0 taken: land elsewhere
+    granted, per_container = compat_record.book_saved_gpus(RECORD, pool, "g", INFO, names,
                                                  nvproxy_capabilities="")
     assert granted == ("nvidia.com/gpu=1", "nvidia.com/gpu=2")
     # The saved GPU 1 stays in its slot; the saved GPU 0 moves to the free GPU 2.
@@ -114,9 +114,9 @@ def test_a_fitting_worker_books_free_gpus_and_renames_each_containers_devices(
 def test_gpus_only_held_by_others_are_resource_exhausted_naming_the_holders(
         refusals: list[tuple[str, str]]) -> None:
     pool, names = _pool(2)
-    pool.place("other", GpuRequest.at_indices([1]), names)
+    pool.grant("other", GpuRequest.at_indices([1]), names)
     with pytest.raises(PlacementRefused) as err:
-        compat_record.place(RECORD, pool, "g", INFO, names, nvproxy_capabilities="")
+        compat_record.book_saved_gpus(RECORD, pool, "g", INFO, names, nvproxy_capabilities="")
     assert err.value.code is ErrorCode.RESOURCE_EXHAUSTED  # waiting helps
     assert "nvidia.com/gpu=1 held by other" in str(err.value)
     assert refusals == [("placement", "too_few_free")] and pool.held_by("g") == ()
@@ -131,7 +131,7 @@ def test_a_worker_that_never_fits_is_failed_precondition_counted_as_restore(
         says: str) -> None:
     pool, names = _pool(gpus)
     with pytest.raises(AteomError) as err:
-        compat_record.place(RECORD, pool, "g", INFO, names,
+        compat_record.book_saved_gpus(RECORD, pool, "g", INFO, names,
                             nvproxy_capabilities=capabilities)
     assert err.value.code is ErrorCode.FAILED_PRECONDITION and says in str(err.value)
     assert refusals == [("restore", field)] and pool.held_by("g") == ()

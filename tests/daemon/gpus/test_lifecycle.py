@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from ateom.daemon.bundles.plan import DeviceView, GpuTools
 from ateom.daemon.calls.requests import ActorDirs, ActorRef, GpuWish, RestoreRequest, RunRequest
 from ateom.daemon.gpus.checkpoint_policy import TOOL_IN_CONTAINER
 from ateom.daemon.gpus.lifecycle import GpuActors
-from ateom.daemon.gpus.pool import GpuPool
+from ateom.daemon.gpus.placement import GpuPool
 from ateom.errors import AteomError, ErrorCode
 from ateom.gpuinfo.inventory import GpuFacts, WorkerGpus
+from ateom.gpuinfo.nvproxy import DeviceView, GpuTools
 from ateom.gpuinfo.record import ContainerDevices, RunscBuild, build_record, write_record
 from ateom.runsc.probe import RunscInfo
 from ateom.settings import GpuSettings, NodeSettings, NvproxyOptions, parse_placement
@@ -75,10 +75,10 @@ def test_gpu_containers_get_the_workers_cuda_checkpoint(tmp_path: Path, driver: 
 def test_a_run_books_what_it_asks_and_releases_it(tmp_path: Path) -> None:
     actors = _actors(tmp_path)
     one = RunRequest(ActorRef("a"), DIRS, gpus=GpuWish(count=1))
-    assert actors.place("a", one, INFO, GPU_VIEW, None).pod_default == GPUS[:1]
-    assert actors.place("b", RunRequest(ActorRef("b"), DIRS), INFO, CPU_VIEW,
+    assert actors.book("a", one, INFO, GPU_VIEW, None).pod_default == GPUS[:1]
+    assert actors.book("b", RunRequest(ActorRef("b"), DIRS), INFO, CPU_VIEW,
                         None) == CPU_VIEW  # no GPUs on offer: nothing booked
-    actors.release("a")
+    actors.give_back("a")
     assert actors.pool.held_by("a") == ()
 
 
@@ -93,6 +93,6 @@ def test_a_gpu_image_without_a_tool_here_is_refused_before_booking(
     write_record(str(image), record, beneath=str(tmp_path))
     restore = RestoreRequest(ActorRef("a"), DIRS)
     with pytest.raises(AteomError, match="needs cuda-checkpoint") as err:
-        actors.place("a", restore, INFO, GPU_VIEW, str(image))
+        actors.book("a", restore, INFO, GPU_VIEW, str(image))
     assert err.value.code is ErrorCode.FAILED_PRECONDITION
     assert refusals == [("restore", "no_cuda_checkpoint")] and actors.pool.snapshot() is None

@@ -17,10 +17,10 @@ from collections.abc import Callable, Sequence
 
 import structlog
 
-from ateom.daemon.bundles.devices import GPU_KIND
 from ateom.daemon.calls import refusals
 from ateom.daemon.calls.requests import ContainerRequest, DevicePolicy, GpuWish
 from ateom.gpuinfo.inventory import GpuFacts, WorkerGpus
+from ateom.gpuinfo.nvproxy import GPU_KIND, gpu_index
 from ateom.gpuinfo.placement import (
     ALL_GPUS,
     GpuPlacer,
@@ -33,12 +33,6 @@ from ateom.gpuinfo.placement import (
 from ateom.settings import PlacementSettings
 
 log = structlog.get_logger("ateom.gpus")
-
-
-def gpu_index(name: str) -> int | None:
-    """N of ``nvidia.com/gpu=N``, None for any other name (pure)."""
-    kind, _, rest = name.partition("=")
-    return int(rest) if kind == GPU_KIND and rest.isdigit() else None
 
 
 def pod_gpus(names: Sequence[str], worker: WorkerGpus) -> list[PodGpu]:
@@ -99,19 +93,19 @@ class GpuPool:
                          gpus=[h.gpu.name for h in self._placer.snapshot().gpus])
             return self._placer
 
-    def place(self, uid: str, request: GpuRequest, pod_default: Sequence[str]) -> Grant:
+    def grant(self, uid: str, request: GpuRequest, pod_default: Sequence[str]) -> Grant:
         """Book GPUs for `uid` (PlacementRefused, counted, when they are not there)."""
         try:
-            return self.placer(pod_default).place(uid, request)
+            return self.placer(pod_default).choose(uid, request)
         except PlacementRefused as exc:
             refusals.refused("placement", exc.reason.value)
             raise
 
-    def release(self, uid: str) -> tuple[str, ...]:
+    def free(self, uid: str) -> tuple[str, ...]:
         """Free every GPU `uid` holds (idempotent); their names."""
         with self._lock:
             placer = self._placer
-        return tuple(g.name for g in placer.release(uid)) if placer is not None else ()
+        return tuple(g.name for g in placer.vacate(uid)) if placer is not None else ()
 
     def held_by(self, uid: str) -> tuple[str, ...]:
         with self._lock:

@@ -1,4 +1,4 @@
-"""The Pod's GPUs as the daemon books them (`ateom.daemon.gpus.pool`), pure but for the
+"""The Pod's GPUs as the daemon books them (`ateom.daemon.gpus.placement`), pure but for the
 gatherer it is handed: what an actor asks for, how the inventory joins the CDI
 names, that the inventory is gathered once, and that a refusal is counted."""
 
@@ -9,8 +9,9 @@ import threading
 import pytest
 
 from ateom.daemon.calls.requests import ContainerRequest, DeviceChoice, DevicePolicy, GpuWish
-from ateom.daemon.gpus.pool import GpuPool, gpu_index, pod_gpus, request_for
+from ateom.daemon.gpus.placement import GpuPool, pod_gpus, request_for
 from ateom.gpuinfo.inventory import GpuFacts, WorkerGpus
+from ateom.gpuinfo.nvproxy import gpu_index
 from ateom.gpuinfo.placement import ALL_GPUS, GpuRequest, PlacementRefused, RefusalReason
 from ateom.settings import parse_placement
 
@@ -69,19 +70,19 @@ def test_the_inventory_is_gathered_once_whoever_asks_first() -> None:
         t.start()
     for t in threads:
         t.join()
-    pool.place("a", GpuRequest(1), NAMES)
+    pool.grant("a", GpuRequest(1), NAMES)
     assert calls == [1]
     assert pool.facts_of(("nvidia.com/gpu=1", "nvidia.com/gpu=2", "x")) == (_facts(1),)
 
 
 def test_booking_release_and_a_counted_refusal(refusals: list[tuple[str, str]]) -> None:
     pool = GpuPool(parse_placement("exclusive"), lambda: WORKER)
-    assert pool.snapshot() is None and pool.release("nobody") == ()  # nothing placed yet
-    assert pool.place("a", GpuRequest(2), NAMES).names == NAMES[:2]  # packed low
+    assert pool.snapshot() is None and pool.free("nobody") == ()  # nothing placed yet
+    assert pool.grant("a", GpuRequest(2), NAMES).names == NAMES[:2]  # packed low
     with pytest.raises(PlacementRefused) as err:
-        pool.place("b", GpuRequest(2), NAMES)
+        pool.grant("b", GpuRequest(2), NAMES)
     assert err.value.reason is RefusalReason.TOO_FEW_FREE and "a" in str(err.value)
     assert refusals == [("placement", "too_few_free")]
     assert pool.held_by("a") == NAMES[:2]
-    assert pool.release("a") == NAMES[:2] and pool.release("a") == ()  # idempotent
-    assert pool.place("b", GpuRequest(2), NAMES).names == NAMES[:2]
+    assert pool.free("a") == NAMES[:2] and pool.free("a") == ()  # idempotent
+    assert pool.grant("b", GpuRequest(2), NAMES).names == NAMES[:2]

@@ -373,9 +373,9 @@ def wait_gone(path: Path, timeout: float) -> None:
 
 
 def test_log_flag_defaults_are_documented() -> None:
-    """README's and docs/daemon.md's flag tables give the defaults the daemon uses."""
+    """The flag table (docs/configuration.md) gives the defaults the daemon uses."""
     defaults = DaemonConfig(actors_root="/x")
-    for doc in ("README.md", "docs/daemon.md"):
+    for doc in ("docs/configuration.md",):
         text = (REPO / doc).read_text()
         for flag, value in (("--log-max-bytes", defaults.log_max_bytes),
                             ("--log-retention", defaults.log_retention)):

@@ -1,7 +1,8 @@
 """The operator docs stay true to the code: every setting, check and metric is in them.
 
-The README holds the GPU path, the configuration reference and the troubleshooting
-table; docs/operations.md the image, the manifests, the doctor checks and the metrics.
+The README holds the GPU path and the troubleshooting table; docs/configuration.md
+every flag; docs/operations.md the image, the manifests, the doctor checks and the
+metrics; docs/README.md lists every page.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from ateom.daemon.rpc.metrics import Metrics
 from ateom.doctor import CHECK_NAMES
 
 REPO = Path(__file__).resolve().parents[2]
-DOC = (REPO / "README.md").read_text() + "\n" + (REPO / "docs" / "operations.md").read_text()
+DOC = "\n".join((REPO / page).read_text() for page in (
+    "README.md", "docs/configuration.md", "docs/operations.md"))
 
 
 def table_rows(heading: str) -> list[str]:
@@ -34,7 +36,7 @@ def table_rows(heading: str) -> list[str]:
 def test_every_serve_flag_and_env_twin_is_documented_with_its_default() -> None:
     from ateom.daemon.lifecycle.config import _FLAGS
 
-    rows = table_rows("### `ateom serve`")
+    rows = table_rows("## `ateom serve`")
     for flag, env, _kind, default, _help in _FLAGS:
         row = next((r for r in rows if r.startswith(f"| `{flag}` |")), None)
         assert row is not None, f"{flag} missing from the serve table"
@@ -108,3 +110,10 @@ def test_every_ateom_variable_the_deployment_sets_is_a_serve_setting(source: str
 def test_no_retired_spelling_is_documented() -> None:
     for retired in ("ATEOM_SPEC_DIRS", "ATEOM_DRIVER_ROOT"):
         assert not re.search(rf"\b{retired}\b", DOC), retired
+
+
+def test_the_docs_index_lists_every_page() -> None:
+    index = (REPO / "docs" / "README.md").read_text()
+    pages = sorted(p.name for p in (REPO / "docs").glob("*.md") if p.name != "README.md")
+    missing = [p for p in pages if f"]({p})" not in index]
+    assert pages and not missing, f"docs/README.md does not list {missing}"

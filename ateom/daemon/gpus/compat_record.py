@@ -3,7 +3,7 @@ at restore, and the placement it implies.
 
 At checkpoint, while runsc saves the sandbox, ateom writes
 ``ateom-compat.json`` into the checkpoint dir, in place once the save has
-succeeded (`save_with_record`; it travels with the image and
+succeeded (`RecordWrite`; it travels with the image and
 is listed in snapshot_files): runsc build, driver version, the actor's GPUs
 as this worker knows them, nvproxy capabilities, and each container's CDI
 devices with a digest of their resolved edits (`ateom.gpuinfo.record`).
@@ -23,7 +23,7 @@ or from before records) restores as it always did.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import structlog
 
@@ -70,39 +70,48 @@ def record_for(sandbox: Sandbox, pool: GpuPool, info: RunscInfo, gpus: Sequence[
                         nvproxy_capabilities=nvproxy_capabilities)
 
 
-def save_with_record(save: Callable[[Callable[[], None]], tuple[str, ...]], image_dir: str,
-                     record: CompatRecord, *, beneath: str) -> tuple[str, ...]:
-    """`save(meanwhile)` (runsc checkpoint, calling `meanwhile` once started) with
-    the record written during it; the files the save wrote, the record among them.
+class RecordWrite:
+    """A GPU checkpoint's record, written with its image: `stage` while runsc saves,
+    then `commit` once the save succeeded or `discard` when it failed. A record
+    never stands beside an image runsc did not finish.
 
     Written after the save, the record's fsync queued behind the image's
     metadata in the filesystem's journal, on every GPU checkpoint's path
     (docs/performance.md, "Figures behind the code"). Staged, fsync'd, to a
     hidden file as soon as runsc has started, it is on disk before the image
-    is, and only renamed into place once the save succeeded. A failed save
-    removes it: a record never stands beside an image runsc did not finish.
+    is, and only renamed into place once the save succeeded.
     """
-    staged: list[str] = []  # the hidden file's name, once the save has started
 
-    def stage() -> None:
-        # Beside a save that must not fail for it: one that cannot be staged (a
-        # read-only or full dir, which fails the save too) is written after.
+    def __init__(self, image_dir: str, record: CompatRecord, *, beneath: str) -> None:
+        self.image_dir = image_dir
+        self.record = record
+        self.beneath = beneath
+        self._staged = ""  # the hidden file's name, once staged
+
+    def stage(self) -> None:
+        """Write it, hidden, durably (runs beside the save). Never raises: one that
+        cannot be staged (a read-only or full dir, which fails the save too) is
+        written whole by `commit`."""
         try:
-            staged.append(stage_record(image_dir, record, beneath=beneath))
+            self._staged = stage_record(self.image_dir, self.record, beneath=self.beneath)
         except OSError as exc:
             log.warning("compat_record_not_staged", error=exc.strerror or str(exc))
 
-    try:
-        files = save(stage)
-    except BaseException:
-        for name in staged:
-            discard_record(image_dir, name, beneath=beneath)
-        raise
-    with phase("record.write"):  # a commit that fails removes what it staged
-        path = (commit_record(image_dir, staged[0], beneath=beneath) if staged
-                else write_record(image_dir, record, beneath=beneath))
-    kept = (f for f in files if f not in staged)  # listed under its staged name
-    return tuple(sorted({*kept, os.path.relpath(path, image_dir)}))
+    def commit(self, files: Sequence[str]) -> tuple[str, ...]:
+        """Put it in place beside the saved image; the files the save wrote with the
+        record among them, under its own name (a commit that fails removes what it
+        staged)."""
+        with phase("record.write"):
+            path = (commit_record(self.image_dir, self._staged, beneath=self.beneath)
+                    if self._staged
+                    else write_record(self.image_dir, self.record, beneath=self.beneath))
+        kept = (f for f in files if f != self._staged)  # listed under its staged name
+        return tuple(sorted({*kept, os.path.relpath(path, self.image_dir)}))
+
+    def discard(self) -> None:
+        """Remove what was staged (the save failed)."""
+        if self._staged:
+            discard_record(self.image_dir, self._staged, beneath=self.beneath)
 
 
 def read(image_dir: str, *, beneath: str) -> CompatRecord | None:

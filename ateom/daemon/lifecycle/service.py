@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import structlog
 
@@ -236,28 +236,48 @@ class AteomService:
                 self._allowed_runsc(req.runsc_path)
                 validation.check_dirs_on_disk(req.dirs, self.config.actors_root)
             with self.actors.operate(uid, Op.CHECKPOINT, max_wait=self.config.lock_wait) as actor:
-                with phase("gpu.prepare"):  # refusals: before the sandbox is touched
-                    gpu = self.gpus.prepare_save(actor)
-                image = req.dirs.checkpoint_dir
-                with phase("image.room"):  # a save that cannot fit is not begun
-                    self._check_room(actor, image, gpu)
-                with phase("image.prepare"):
-                    save.make_image_dir(image)
-                assert actor.sandbox is not None
-                stopped = StoppedSandbox(actor.sandbox.runsc.target.root)
-                try:
-                    files = self._save(actor, image, gpu, meanwhile=stopped.hold)
-                except save.SaveRefused:
-                    stopped.close()
-                    raise  # the actor keeps running, hosted as before
-                except BaseException as exc:
-                    stopped.close()
-                    self.releases.release(actor, grace=0)
-                    sandbox_exits.exited("failed_save")
-                    raise _terminated_by_failed_checkpoint(uid, exc) from exc
-                self.releases.after_checkpoint(actor, stopped)
-                log.info("actor_checkpointed", files=list(files), gpu=gpu is not None)
-                return CheckpointResult(files)
+                return self._checkpoint(actor, req.dirs.checkpoint_dir)
+
+    def _checkpoint(self, actor: Actor, image: str) -> CheckpointResult:
+        """The checkpoint's steps, in order: check (refusals, room: nothing touched
+        yet), save (the GPU record staged and the sandbox's processes held while
+        runsc saves), commit or undo, release (docs/daemon.md, "Checkpoint")."""
+        uid, sandbox = actor.ref.actor_uid, actor.sandbox
+        assert sandbox is not None
+        beneath = self.config.actors_root
+        with phase("gpu.prepare"):
+            gpu = self.gpus.prepare_save(actor)
+        with phase("image.room"):
+            self._check_room(actor, image, gpu)
+        with phase("image.prepare"):
+            save.make_image_dir(image)
+
+        stopped = StoppedSandbox(sandbox.runsc.target.root)
+        record = compat_record.RecordWrite(image, gpu.record, beneath=beneath) if gpu else None
+
+        def while_runsc_saves() -> None:
+            if record is not None:
+                record.stage()  # first: its fsync is what takes time
+            stopped.hold()
+
+        try:
+            files = save.save(
+                sandbox, image, uid, beneath=beneath, flags=gpu.flags if gpu else (),
+                timeout=self.config.gpu.cuda_checkpoint_timeout if gpu else None,
+                while_saving=while_runsc_saves, reaped=lambda: actor.sandbox_exit is not None)
+            if record is not None:
+                files = record.commit(files)
+        except save.SaveRefused:
+            _undo(record, stopped)
+            raise  # the actor keeps running, hosted as before
+        except BaseException as exc:
+            _undo(record, stopped)
+            self.releases.release(actor, grace=0)
+            sandbox_exits.exited("failed_save")
+            raise _terminated_by_failed_checkpoint(uid, exc) from exc
+        self.releases.after_checkpoint(actor, stopped)
+        log.info("actor_checkpointed", files=list(files), gpu=gpu is not None)
+        return CheckpointResult(files)
 
     def _check_room(self, actor: Actor, image: str, gpu: GpuSave | None) -> None:
         """Refuse (RESOURCE_EXHAUSTED) a checkpoint whose image cannot fit in the
@@ -279,31 +299,6 @@ class AteomService:
             what += f" + GPU memory {gpu_memory / save.MiB:.1f} MiB"
         what += " + margin"
         save.check_room(image, save.image_bytes_needed(memory, gpu_memory), uid, what=what)
-
-    def _save(self, actor: Actor, image: str, gpu: GpuSave | None, *,
-              meanwhile: Callable[[], None]) -> tuple[str, ...]:
-        """runsc checkpoint (through cuda-checkpoint for a GPU actor, its record
-        written meanwhile); `meanwhile` runs while runsc saves."""
-        sandbox, uid = actor.sandbox, actor.ref.actor_uid
-        assert sandbox is not None
-        beneath = self.config.actors_root
-
-        def reaped() -> bool:
-            return actor.sandbox_exit is not None
-
-        if gpu is None:
-            return save.save(sandbox, image, uid, beneath=beneath, meanwhile=meanwhile,
-                             reaped=reaped)
-
-        def saving(stage_record: Callable[[], None]) -> tuple[str, ...]:
-            def during() -> None:
-                stage_record()  # first: its fsync is what takes time
-                meanwhile()
-            return save.save(sandbox, image, uid, beneath=beneath, flags=gpu.flags,
-                             phase_name="cuda-checkpoint", meanwhile=during,
-                             timeout=self.config.gpu.cuda_checkpoint_timeout, reaped=reaped)
-
-        return compat_record.save_with_record(saving, image, gpu.record, beneath=beneath)
 
     def terminate_workload(self, req: TerminateRequest) -> None:
         uid = req.actor.actor_uid
@@ -397,6 +392,14 @@ class AteomService:
     def placement_snapshot(self) -> PlacementSnapshot | None:
         """Who holds which of the Pod's GPUs (metrics, Inspect); None before any."""
         return self.gpus.pool.snapshot()
+
+
+def _undo(record: compat_record.RecordWrite | None, stopped: StoppedSandbox) -> None:
+    """After a failed save: no record beside what runsc left, the sandbox's
+    processes let go (whoever tears it down lists them again)."""
+    if record is not None:
+        record.discard()
+    stopped.close()
 
 
 def _terminated_by_failed_checkpoint(uid: str, exc: BaseException) -> BaseException:

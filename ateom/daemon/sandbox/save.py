@@ -261,13 +261,15 @@ def remove_written(image_path: str, before: dict[str, FileVersion], *, beneath: 
 
 
 def save(sandbox: Sandbox, image_path: str, uid: str, *, beneath: str,
-         flags: Sequence[str] = (), phase_name: str = "runsc.checkpoint",
-         timeout: float | None = None, meanwhile: Callable[[], None] | None = None,
+         flags: Sequence[str] = (), timeout: float | None = None,
+         while_saving: Callable[[], None] | None = None,
          reaped: Callable[[], bool] = lambda: False) -> tuple[str, ...]:
     """runsc checkpoint of the sandbox root into `image_path`; the files it wrote.
 
-    `meanwhile`: called once runsc checkpoint has started, while it runs
-    (`Reaper.run`); what it writes into `image_path` is listed too.
+    `flags`: a GPU save's (runsc runs cuda-checkpoint in the sandbox first: the
+    phase is ``cuda-checkpoint``, else ``runsc.checkpoint``). `while_saving`:
+    called once runsc checkpoint has started, while it runs (`Reaper.run`); what
+    it writes into `image_path` is listed too.
 
     A failed save (a timeout included) removes what it wrote and is judged by
     what became of the sandbox (`fate`): still running, `SaveRefused` (e.g. a
@@ -279,9 +281,9 @@ def save(sandbox: Sandbox, image_path: str, uid: str, *, beneath: str,
     root = sandbox.plan.root_id
     before = file_versions(image_path)
     try:
-        with phase(phase_name, container=root):
+        with phase("cuda-checkpoint" if flags else "runsc.checkpoint", container=root):
             runsc.checkpoint(root, image_path, flags=flags, timeout=timeout,
-                             meanwhile=meanwhile)
+                             meanwhile=while_saving)
     except RunscError as exc:
         with phase("image.clear"):
             removed = remove_written(image_path, before, beneath=beneath)

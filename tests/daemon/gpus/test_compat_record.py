@@ -5,7 +5,6 @@ only held, and each container's devices renamed onto the GPUs it lands on."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -59,17 +58,13 @@ def test_the_record_is_written_beside_the_image_and_read_back(tmp_path: Path) ->
 def test_the_record_is_on_disk_during_the_save_and_in_place_after_it(tmp_path: Path) -> None:
     image = tmp_path / "ckpt"
     image.mkdir()
-    seen: list[list[str]] = []
-
-    def save(meanwhile: Callable[[], None]) -> tuple[str, ...]:
-        meanwhile()  # runsc checkpoint has started
-        seen.append(sorted(p.name for p in image.iterdir()))
-        (image / "checkpoint.img").write_bytes(b"state")
-        return tuple(sorted(p.name for p in image.iterdir()))  # what the save lists
-
-    files = compat_record.save_with_record(save, str(image), RECORD, beneath=str(tmp_path))
-    [during] = seen
-    assert len(during) == 1 and during[0].startswith(f".{RECORD_FILE}.")  # staged, hidden
+    record = compat_record.RecordWrite(str(image), RECORD, beneath=str(tmp_path))
+    record.stage()  # runsc checkpoint has started
+    during = sorted(p.name for p in image.iterdir())
+    (image / "checkpoint.img").write_bytes(b"state")
+    files = record.commit(sorted(p.name for p in image.iterdir()))  # what the save lists
+    [staged] = during
+    assert staged.startswith(f".{RECORD_FILE}.")  # staged, hidden
     assert files == ("ateom-compat.json", "checkpoint.img")  # not the staged name
     assert sorted(p.name for p in image.iterdir()) == list(files)
     assert compat_record.read(str(image), beneath=str(tmp_path)) == RECORD
@@ -78,23 +73,19 @@ def test_the_record_is_on_disk_during_the_save_and_in_place_after_it(tmp_path: P
 def test_a_failed_save_leaves_no_record_beside_its_image(tmp_path: Path) -> None:
     image = tmp_path / "ckpt"
     image.mkdir()
-
-    def save(meanwhile: Callable[[], None]) -> tuple[str, ...]:
-        meanwhile()
-        (image / "checkpoint.img").write_bytes(b"half")
-        raise RuntimeError("runsc checkpoint failed")
-
-    with pytest.raises(RuntimeError, match="runsc checkpoint failed"):
-        compat_record.save_with_record(save, str(image), RECORD, beneath=str(tmp_path))
+    record = compat_record.RecordWrite(str(image), RECORD, beneath=str(tmp_path))
+    record.stage()
+    (image / "checkpoint.img").write_bytes(b"half")  # then runsc checkpoint fails
+    record.discard()
     assert [p.name for p in image.iterdir()] == ["checkpoint.img"]
 
 
 def test_a_record_never_staged_is_written_after_the_save(tmp_path: Path) -> None:
-    # A runsc that returned without the meanwhile having run (it could not start).
+    # A runsc that returned before the hook ran (it could not start), or a dir the
+    # record could not be staged in then.
     image = tmp_path / "ckpt"
     image.mkdir()
-    files = compat_record.save_with_record(lambda meanwhile: (), str(image), RECORD,
-                                           beneath=str(tmp_path))
+    files = compat_record.RecordWrite(str(image), RECORD, beneath=str(tmp_path)).commit(())
     assert files == (RECORD_FILE,)
     assert compat_record.read(str(image), beneath=str(tmp_path)) == RECORD
 

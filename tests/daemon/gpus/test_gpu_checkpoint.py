@@ -117,7 +117,7 @@ def test_a_gpu_checkpoint_counts_device_memory_only_when_the_disk_is_tight(
     monkeypatch.setattr(save, "free_bytes", lambda path: (free["bytes"], path))
     request = CheckpointRequest(actor=ActorRef("g"), dirs=w.dirs("g"))
     # The save itself is not what is tested: refused, it keeps the actor.
-    monkeypatch.setattr(w.service, "_save", lambda *a, **k: (_ for _ in ()).throw(
+    monkeypatch.setattr(save, "save", lambda *a, **k: (_ for _ in ()).throw(
         save.SaveRefused("stop here")))
     with pytest.raises(AteomError, match="stop here"):
         w.service.checkpoint_workload(request)

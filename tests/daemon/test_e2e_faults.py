@@ -173,6 +173,19 @@ def once_writing(image: Path, then: Callable[[], None], timeout: float = 60) -> 
     return thread
 
 
+def runs_on_and_saves(daemon: Daemon, world: World, uid: str, log: Path) -> None:
+    """The actor kept running, never paused, hosted with its GPUs, and a checkpoint
+    into its own dir (with room, writable) works."""
+    last = ticks(log)[-1]
+    wait_ticks(log, last + 3)
+    hosted = actors(daemon)[uid]
+    assert hosted.phase == "running" and not hosted.sandbox_exited
+    assert len(hosted.gpus) == GPUS
+    saved = checkpoint(daemon, world, uid)
+    assert RECORD_FILE in saved.snapshot_files
+    nothing_left(daemon, uid)
+
+
 def assert_gone_and_freed(daemon: Daemon, uid: str) -> None:
     """Not listed, no GPU held, no state dir, mount or process of it left."""
     daemon.settle()
@@ -201,13 +214,7 @@ def test_a_checkpoint_that_cannot_fit_is_refused_before_anything_is_paused(
         assert list(seen_by_daemon(daemon, small).iterdir()) == []  # nothing written
     finally:
         unmount(daemon, small)
-    last = ticks(log)[-1]
-    wait_ticks(log, last + 3)  # it runs on, never paused
-    hosted = actors(daemon)[uid]
-    assert hosted.phase == "running" and len(hosted.gpus) == GPUS
-    saved = checkpoint(daemon, world, uid)  # a dir with room: the save works
-    assert RECORD_FILE in saved.snapshot_files
-    nothing_left(daemon, uid)
+    runs_on_and_saves(daemon, world, uid, log)
 
 
 def test_a_disk_that_fills_up_during_the_save_loses_the_actor_and_says_so(
@@ -259,14 +266,7 @@ def test_a_save_refused_before_the_pause_keeps_the_actor(world: World, daemon: D
         unmount(daemon, disk)
     assert err.code() is grpc.StatusCode.FAILED_PRECONDITION, err.details()
     assert "keeps running" in err.details() and "read-only file system" in err.details()
-    last = ticks(log)[-1]
-    wait_ticks(log, last + 3)
-    hosted = actors(daemon)[uid]
-    assert hosted.phase == "running" and not hosted.sandbox_exited
-    assert len(hosted.gpus) == GPUS
-    saved = checkpoint(daemon, world, uid)  # and a later checkpoint works
-    assert RECORD_FILE in saved.snapshot_files
-    nothing_left(daemon, uid)
+    runs_on_and_saves(daemon, world, uid, log)
 
 
 def test_runsc_killed_in_the_middle_of_a_checkpoint_loses_the_actor_and_says_so(

@@ -24,7 +24,9 @@ import-graph test holds every package of ateom to a layering without cycles):
    `teardown` (stop, delete, kill what is left), `state_dir` (remove the
    runsc state dir and what runsc mounted in it), `janitor` (bounded logs).
 4. `actors`: the actors this daemon hosts — `table` (the state machine,
-   `next_phase`, and the table), `starts` (the Run and Restore calls in
+   `next_phase`, and the table), `succession` (the hand-over: a checkpointed
+   actor's slot and GPUs to the actors after it, the protocol in one object),
+   `starts` (the Run and Restore calls in
    flight, which a checkpointed actor's cleanup lets go first), `admission`
    (may a call start; the drain), `hosting` (a planned sandbox put up and
    taken down), `stats`.

@@ -27,7 +27,6 @@ from ateom.daemon.calls.phases import phase
 from ateom.daemon.sandbox.boot import Sandbox, boot
 from ateom.daemon.sandbox.state_dir import remove_state_dir
 from ateom.daemon.sandbox.teardown import StoppedSandbox, kill_sandbox_processes, teardown
-from ateom.errors import AteomError, ErrorCode
 from ateom.process.reaper import Reaper
 from ateom.runsc.commands import Runsc, RunscTarget, RunscTimeout, sandbox_root_id
 from ateom.runsc.probe import RunscInfo
@@ -87,9 +86,6 @@ class Hosting:
         actor is RUNNING after. On any failure: roll back, re-raise."""
         sandbox = Sandbox(runsc, plan)
         actor.sandbox = sandbox
-        actor.containers = plan.container_names
-        actor.devices = plan.devices
-        actor.gpu = plan.gpu
         try:
             self._apply_and_boot(actor, sandbox, image_path)
         except BaseException:
@@ -115,7 +111,7 @@ class Hosting:
         if image_path is not None or not apps:
             # A restore's root brings the whole sandbox's memory and GPU state
             # back; a root without apps is the workload itself.
-            self._await_predecessors(actor)
+            actor.succession.wait_for_predecessors(self.config.lock_wait)
         failed: list[Exception] = []
 
         def write_apps() -> None:
@@ -128,22 +124,8 @@ class Hosting:
              meanwhile=write_apps if apps else None)
         if failed:
             raise failed[0]
-        self._await_predecessors(actor)
+        actor.succession.wait_for_predecessors(self.config.lock_wait)
         boot(sandbox, apps, image_path, lambda pid: self._watch(actor, pid))
-
-    def _await_predecessors(self, actor: Actor) -> None:
-        """Wait (`capacity.wait`) until the checkpointed actors whose slot or GPUs
-        this one took have exited: their sandboxes, killed, may still be tearing
-        their memory down and still hold their device files. Only a Run's
-        sandbox root (the pause container: no devices, little memory) boots
-        before (docs/daemon.md, "Checkpoint")."""
-        for predecessor in actor.predecessors:
-            what = (f"actor {actor.ref.actor_uid}: the slot or GPUs of actor"
-                    f" {predecessor.ref.actor_uid}, whose sandbox is still exiting")
-            if not ActorTable.wait_freed(predecessor, self.config.lock_wait, what):
-                raise AteomError(f"{what} after {self.config.lock_wait:g} s",
-                                 code=ErrorCode.UNAVAILABLE)
-        actor.predecessors = []
 
     def _watch(self, actor: Actor, pid: int) -> None:
         actor.sandbox_pid = pid

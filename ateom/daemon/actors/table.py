@@ -20,10 +20,11 @@ import enum
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from ateom.daemon.actors.starts import Starts
+from ateom.daemon.actors.succession import Succession
 from ateom.daemon.calls import deadline
 from ateom.daemon.calls.phases import phase
 from ateom.daemon.calls.requests import ActorRef
@@ -90,32 +91,25 @@ class Actor:
     ref: ActorRef
     phase: Phase
     lock: threading.Lock = field(default_factory=threading.Lock)
-    containers: tuple[str, ...] = ()  # bundle names under oci_bundle_dir, sandbox root first
-    devices: tuple[str, ...] = ()
-    gpu: bool = False
     sandbox_pid: int = 0
     sandbox_exit: int | None = None  # its exit status, once reaped (-N: signal N)
     exited_at_unix_nano: int = 0
     epoch_unix_nano: int = field(default_factory=time.time_ns)
     memory_peak_bytes: int = 0
     sandbox: Sandbox | None = None  # set while hosting; None before the plan is made
-    # False for a slot held only while a dead daemon's leftovers are cleared,
-    # and for a RELEASING actor (`ActorTable.yield_capacity`): it keeps calls
-    # for the same uid out, but takes no slot.
-    counted: bool = True
-    # Set when the actor has left the table (a RELEASING actor's waiters wake).
-    gone: threading.Event = field(default_factory=threading.Event)
-    # Set when nothing of it uses the worker any more: a RELEASING actor's as
-    # soon as every thread of its sandbox's processes has exited, before it
-    # leaves the table (its successors need not wait for the rest of the
-    # teardown).
-    freed: threading.Event = field(default_factory=threading.Event)
-    # A RELEASING actor's GPUs, given up when its stopped sandbox was killed
-    # (`ActorTable.yield_capacity`), while that sandbox may still be exiting.
-    yielded_gpus: tuple[str, ...] = ()
-    # Actors still exiting whose slot or GPUs this one took when it was
-    # admitted or placed: its workload starts once they are gone (`hosting`).
-    predecessors: list[Actor] = field(default_factory=list)
+    succession: Succession = field(init=False)  # its part in the hand-over
+
+    def __post_init__(self) -> None:
+        self.succession = Succession(self.ref.actor_uid)
+
+    @property
+    def containers(self) -> tuple[str, ...]:
+        """Bundle names under oci_bundle_dir, sandbox root first (its plan's)."""
+        return self.sandbox.plan.container_names if self.sandbox is not None else ()
+
+    @property
+    def devices(self) -> tuple[str, ...]:
+        return self.sandbox.plan.devices if self.sandbox is not None else ()
 
     @property
     def exit_note(self) -> str:
@@ -179,20 +173,20 @@ class ActorTable:
         being released (no longer than `max_wait`, nor the caller's deadline): a
         Restore right after its Checkpoint gets in without a refusal to retry on.
         A RELEASING actor of another uid is in no one's way: its slot and GPUs
-        were yielded when its sandbox was killed (`admit`, `predecessors`)."""
+        were yielded when its sandbox was killed (`Succession`)."""
         waited_since = time.monotonic()
         what = f"actor {ref.actor_uid}: {op.value}"
         while (releasing := self._releasing(ref.actor_uid)) is not None:
             left = max_wait - (time.monotonic() - waited_since)
             with self.starts.set_aside():  # its release may be letting starts go first
-                if not self.wait_gone(releasing, left, what):
+                if not releasing.succession.wait_gone(left, what):
                     return  # still there: admit's refusal says why
 
     def admit(self, ref: ActorRef, op: Op) -> Actor:
         """Reserve a slot for a new actor (Run/Restore), already locked by the caller's
         thread. A slot a checkpointed actor yielded is taken at once; when the
         worker is full but for such slots, the actors still exiting are the new
-        one's `predecessors`."""
+        one's predecessors (`Succession.take`)."""
         with self._lock:
             current = self._actors.get(ref.actor_uid)
             first = next_phase(current.phase if current else None, op, ref.actor_uid,
@@ -207,7 +201,7 @@ class ActorTable:
             actor = Actor(ref=ref, phase=first)
             dying = self._dying()
             if hosted + len(dying) >= self.max_actors:
-                actor.predecessors = dying
+                actor.succession.take(dying)
             actor.lock.acquire()
             self._actors[ref.actor_uid] = actor
             return actor
@@ -215,22 +209,19 @@ class ActorTable:
     def yield_capacity(self, actor: Actor, gpus: tuple[str, ...]) -> None:
         """A checkpointed actor's stopped sandbox was killed: RELEASING now, its slot
         (and `gpus`, which the caller gives back after this) may go to the next
-        actor, whose workload waits until it has exited (`predecessors`, `freed`).
-        One step, under the table's lock: a Run in between would find it neither
-        in its way nor yielded."""
+        actor (`Succession.yield_capacity`). One step, under the table's lock: a
+        Run in between would find it neither in its way nor yielded."""
         with self._lock:
             actor.phase = Phase.RELEASING
-            actor.counted = False
-            actor.yielded_gpus = gpus
+            actor.succession.yield_capacity(gpus)
 
-    def dying(self) -> list[Actor]:
-        """RELEASING actors whose sandbox has not yet exited."""
+    def dying(self) -> list[Succession]:
+        """The successions of the actors whose yielded sandbox is still exiting."""
         with self._lock:
             return self._dying()
 
-    def _dying(self) -> list[Actor]:
-        return [a for a in self._actors.values()
-                if a.phase is Phase.RELEASING and not a.freed.is_set()]
+    def _dying(self) -> list[Succession]:
+        return [a.succession for a in self._actors.values() if a.succession.dying]
 
     def admit_cleanup(self, ref: ActorRef) -> Actor | None:
         """Hold `uid`'s slot, locked, while what a dead daemon left of it is cleared
@@ -238,13 +229,14 @@ class ActorTable:
         with self._lock:
             if ref.actor_uid in self._actors:
                 return None
-            actor = Actor(ref=ref, phase=Phase.TERMINATING, counted=False)
+            actor = Actor(ref=ref, phase=Phase.TERMINATING)
+            actor.succession.counted = False  # keeps calls for the uid out, takes no slot
             actor.lock.acquire()
             self._actors[ref.actor_uid] = actor
             return actor
 
     def _counted(self) -> int:
-        return sum(1 for a in self._actors.values() if a.counted)
+        return sum(1 for a in self._actors.values() if a.succession.counted)
 
     def _releasing(self, uid: str) -> Actor | None:
         """The actor `uid` while RELEASING; None otherwise."""
@@ -262,29 +254,16 @@ class ActorTable:
         reaped, its GPUs free); False when one still is after `timeout` s."""
         end = time.monotonic() + timeout
         for actor in self.releasing():
-            if not actor.gone.wait(max(end - time.monotonic(), 0.0)):
+            if not actor.succession.gone.wait(max(end - time.monotonic(), 0.0)):
                 return False
         return not self.releasing()
-
-    @staticmethod
-    def wait_gone(actor: Actor, max_wait: float, what: str) -> bool:
-        """Wait (a ``release.wait`` phase) until `actor` has left the table, no longer
-        than `max_wait` seconds nor the caller's deadline (then DEADLINE_EXCEEDED)."""
-        return _wait(actor.gone, phase("release.wait"), max_wait, what)
-
-    @staticmethod
-    def wait_freed(actor: Actor, max_wait: float, what: str) -> bool:
-        """Wait (a ``capacity.wait`` phase) until nothing of `actor` uses the worker
-        any more (its sandbox exited, `free`), bounded as `wait_gone`."""
-        return _wait(actor.freed, phase("capacity.wait"), max_wait, what)
 
     def free(self, actor: Actor) -> None:
         """`actor` takes no more capacity: its sandbox is gone (its GPUs were given
         back by the caller). It stays in the table until removed: a call for it
-        still waits for the rest of its release."""
+        still waits for the rest of its release (`Succession.free`)."""
         with self._lock:
-            actor.counted = False
-        actor.freed.set()
+            actor.succession.free()
 
     def get(self, uid: str) -> Actor | None:
         with self._lock:
@@ -294,8 +273,7 @@ class ActorTable:
         with self._lock:
             if self._actors.get(actor.ref.actor_uid) is actor:
                 del self._actors[actor.ref.actor_uid]
-        actor.freed.set()  # an actor gone holds nothing
-        actor.gone.set()
+        actor.succession.leave()
 
     def snapshot(self) -> list[Actor]:
         with self._lock:
@@ -333,7 +311,7 @@ class ActorTable:
             if actor.phase is Phase.RELEASING:
                 # Checkpointed: gone once reaped. Its release never takes this
                 # lock, so it is waited for holding it (queued calls stay queued).
-                self.wait_gone(actor, max_wait, f"actor {uid}: {op.value}")
+                actor.succession.wait_gone(max_wait, f"actor {uid}: {op.value}")
             if self.get(uid) is not actor:  # removed while we waited
                 next_phase(None, op, uid)
             with self._lock:  # against the reaper's `sandbox_exited`
@@ -354,10 +332,3 @@ class ActorTable:
         finally:
             actor.lock.release()
 
-
-def _wait(event: threading.Event, timed: AbstractContextManager[object], max_wait: float,
-          what: str) -> bool:
-    with timed:
-        happened = event.wait(timeout=max(deadline.wait_limit(max_wait), 0.0))
-    deadline.check(what)
-    return happened

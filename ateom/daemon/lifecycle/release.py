@@ -1,17 +1,17 @@
 """Releasing an actor: its sandbox torn down, its bundles, GPUs and slot given
 back, the actor unhosted. Terminate and a failed save release inside the call;
 a checkpoint releases after its answer, on a thread of its own, and the GPU
-hand-over happens there.
+hand-over (`ateom.daemon.actors.succession`, the protocol) happens there.
 
 After a checkpoint, in order:
 1. in the call, before its answer: the stopped sandbox is killed
    (`StoppedSandbox`) and its slot and GPUs are yielded (`_yield`): the next
-   Run or Restore takes them at once, this actor one of its `predecessors`;
+   Run or Restore takes them at once, this actor one of its predecessors;
    that Run boots its sandbox root (the pause container: no devices, little
    memory) while this sandbox exits, and its workload waits for the exit
-   (`capacity.wait`, `Hosting`); a Restore waits before its root;
+   (`capacity.wait`); a Restore waits before its root;
 2. on a thread of its own: the sandbox's exit waited for (`sandbox.exit`,
-   every thread of it: its device files close with the last), then `freed`:
+   every thread of it: its device files close with the last), then freed:
    its successors go on;
 3. the rest (a `runsc delete` per container, the state dir, the bundles) waits
    until no Run or Restore is in flight (`starts.wait`, at most
@@ -67,7 +67,7 @@ class Releases:
 
     def _yield(self, actor: Actor) -> None:
         """Its sandbox killed: its slot and GPUs to the next actor at once, whose
-        workload waits until this one's sandbox has exited (`predecessors`)."""
+        workload waits until this one's sandbox has exited (its predecessor)."""
         uid = actor.ref.actor_uid
         # Named as yielded before the pool lets them go: a Run placed on them
         # in between must find whom to wait for.

@@ -179,13 +179,14 @@ class AteomService:
                image: str | None) -> DeviceView:
         """The actor's GPUs booked (its device view narrowed to them). GPUs a
         checkpointed actor yielded are booked at once; while that actor's sandbox
-        is still exiting it is one of this one's `predecessors` (the hand-over:
-        B's Run right after A's Checkpoint boots B's sandbox root meanwhile)."""
+        is still exiting it is one of this one's predecessors (the hand-over,
+        `ateom.daemon.actors.succession`: B's Run right after A's Checkpoint
+        boots B's sandbox root meanwhile)."""
         uid = actor.ref.actor_uid
         view = self.gpus.book(uid, req, info, self.planner.devices(req.containers), image)
-        booked = set(self.gpus.pool.held_by(uid))
-        actor.predecessors += [d for d in self.actors.dying()
-                               if booked & set(d.yielded_gpus) and d not in actor.predecessors]
+        succession = actor.succession
+        succession.take(succession.took_gpus_of(self.actors.dying(),
+                                                self.gpus.pool.held_by(uid)))
         return view
 
     def _exited_on_its_own(self, actor: Actor) -> None:

@@ -46,10 +46,10 @@ def test_the_answer_comes_before_the_release_and_the_actor_waits_out_its_release
     _checkpoint(w, "c1")
     actor = w.service.actors.get("c1")
     assert actor is not None and actor.phase is Phase.RELEASING  # answered, being reaped
-    assert not actor.gone.is_set()  # its delete takes 0.5 s, after the answer
+    assert not actor.succession.gone.is_set()  # its delete takes 0.5 s, after the answer
     # Terminate of a releasing actor waits until it is gone: idempotent, no refusal.
     w.service.terminate_workload(TerminateRequest(actor=ActorRef("c1")))
-    assert actor.gone.is_set() and w.service.actors.get("c1") is None
+    assert actor.succession.gone.is_set() and w.service.actors.get("c1") is None
     assert not w.state_dir("c1").exists()
 
 

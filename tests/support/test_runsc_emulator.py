@@ -11,12 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import build_busybox_bundle, read_config, write_config
-from tests.support.cuda_checkpoint_stub import CudaCheckpointStub, install_cuda_checkpoint_stub
-from tests.support.runsc_emu import RELEASES, EmulatedRunsc, install_runsc
-from tests.support.runsc_emu_gpu import sim_gpus
-from tests.support.runsc_emu_state import IMAGE_NOTE
-from tests.support.runsc_release import load_release, release_file, short_usage
-from tests.testing.conftest import (
+from tests.support.conftest import (
     DEBIAN_2022,
     GLOBAL,
     REAL,
@@ -26,6 +21,11 @@ from tests.testing.conftest import (
     needs_runsc,
     needs_runsc_binary,
 )
+from tests.support.cuda_checkpoint_stub import CudaCheckpointStub, install_cuda_checkpoint_stub
+from tests.support.runsc_emu import RELEASES, EmulatedRunsc, install_runsc
+from tests.support.runsc_emu_gpu import sim_gpus
+from tests.support.runsc_emu_state import IMAGE_NOTE
+from tests.support.runsc_release import load_release, release_file, short_usage
 
 LIFECYCLE = ("20221219", "20240930", "20260608", "20260817")
 # A driver each release supports (20240930 predates R580).

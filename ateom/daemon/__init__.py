@@ -39,6 +39,8 @@ import-graph test holds every package of ateom to a layering without cycles):
 6. `lifecycle`: what ties them — `config` (every `ateom serve` flag and its
    environment twin; the node's and GPU settings as `ateom.settings` values),
    `readiness` (whether an actor can run now: what SERVING means),
+   `checkpoint` (a checkpoint's steps in order: check, save, commit or undo,
+   release),
    `service` (`AteomService`: each lifecycle call a short sequence over the
    packages above) and `release` (an actor given back; after a checkpoint on
    a thread of its own, where the GPU hand-over happens).

@@ -11,8 +11,8 @@ becomes), `bundle_store` (ateom's config in, the node agent's back),
 `hosting` (bundles + runsc, all or nothing), `sandbox` (runsc boot and
 teardown), `release` (an actor given back; after a checkpoint on a thread
 of its own: the GPU hand-over), `starts` (Run/Restore calls in flight,
-which that release lets go first), `checkpoint`, `stats`. Operators'
-questions are `inspect`'s. The
+which that release lets go first), `checkpoints` (a checkpoint's steps),
+`stats`. Operators' questions are `inspect`'s. The
 gRPC servicer (`ateom.daemon.rpc.server`) only translates to and from this
 object; tests drive it directly.
 """
@@ -44,15 +44,14 @@ from ateom.daemon.calls.requests import (
     StatsSample,
     TerminateRequest,
 )
-from ateom.daemon.gpus import compat_record
-from ateom.daemon.gpus.lifecycle import GpuActors, GpuSave
+from ateom.daemon.gpus.lifecycle import GpuActors
 from ateom.daemon.gpus.placement import GpuPool
 from ateom.daemon.lifecycle import readiness
+from ateom.daemon.lifecycle.checkpoint import Checkpoints
 from ateom.daemon.lifecycle.config import DaemonConfig
 from ateom.daemon.lifecycle.release import Releases
 from ateom.daemon.sandbox import save
 from ateom.daemon.sandbox.janitor import LogJanitor
-from ateom.daemon.sandbox.teardown import StoppedSandbox
 from ateom.errors import AteomError, ErrorCode, quote
 from ateom.gpuinfo.nvidia_ctk import SpecGenerator
 from ateom.gpuinfo.nvproxy import DeviceView
@@ -87,6 +86,7 @@ class AteomService:
         self.gpus = GpuActors(pool, config.node, config.gpu, actors_root=config.actors_root,
                               environ=self.environ, reaper=self.reaper)
         self.releases = Releases(self.hosting, self.gpus, self.actors)
+        self.checkpoints = Checkpoints(config, self.gpus, self.releases)
         self.janitor = LogJanitor(
             config.log_root, max_bytes=config.log_max_bytes, retention=config.log_retention,
             hosted=lambda: [a.ref.actor_uid for a in self.actors.snapshot()])
@@ -237,69 +237,7 @@ class AteomService:
                 self._allowed_runsc(req.runsc_path)
                 validation.check_dirs_on_disk(req.dirs, self.config.actors_root)
             with self.actors.operate(uid, Op.CHECKPOINT, max_wait=self.config.lock_wait) as actor:
-                return self._checkpoint(actor, req.dirs.checkpoint_dir)
-
-    def _checkpoint(self, actor: Actor, image: str) -> CheckpointResult:
-        """The checkpoint's steps, in order: check (refusals, room: nothing touched
-        yet), save (the GPU record staged and the sandbox's processes held while
-        runsc saves), commit or undo, release (docs/daemon.md, "Checkpoint")."""
-        uid, sandbox = actor.ref.actor_uid, actor.sandbox
-        assert sandbox is not None
-        beneath = self.config.actors_root
-        with phase("gpu.prepare"):
-            gpu = self.gpus.prepare_save(actor)
-        with phase("image.room"):
-            self._check_room(actor, image, gpu)
-        with phase("image.prepare"):
-            save.make_image_dir(image)
-
-        stopped = StoppedSandbox(sandbox.runsc.target.root)
-        record = compat_record.RecordWrite(image, gpu.record, beneath=beneath) if gpu else None
-
-        def while_runsc_saves() -> None:
-            if record is not None:
-                record.stage()  # first: its fsync is what takes time
-            stopped.hold()
-
-        try:
-            files = save.save(
-                sandbox, image, uid, beneath=beneath, flags=gpu.flags if gpu else (),
-                timeout=self.config.gpu.cuda_checkpoint_timeout if gpu else None,
-                while_saving=while_runsc_saves, reaped=lambda: actor.sandbox_exit is not None)
-            if record is not None:
-                files = record.commit(files)
-        except save.SaveRefused:
-            _undo(record, stopped)
-            raise  # the actor keeps running, hosted as before
-        except BaseException as exc:
-            _undo(record, stopped)
-            self.releases.release(actor, grace=0)
-            sandbox_exits.exited("failed_save")
-            raise _terminated_by_failed_checkpoint(uid, exc) from exc
-        self.releases.after_checkpoint(actor, stopped)
-        log.info("actor_checkpointed", files=list(files), gpu=gpu is not None)
-        return CheckpointResult(files)
-
-    def _check_room(self, actor: Actor, image: str, gpu: GpuSave | None) -> None:
-        """Refuse (RESOURCE_EXHAUSTED) a checkpoint whose image cannot fit in the
-        checkpoint dir's filesystem: the actor's memory from runsc's stats, and for
-        a GPU actor the device memory its sandbox holds (runs runsc; nvidia-smi only
-        when the disk has less room than every byte of the actor's GPUs would need)."""
-        uid = actor.ref.actor_uid
-        memory = stats.memory_in_use(actor, uid)
-        gpu_memory = 0
-        if gpu is not None:
-            bound = self.gpus.device_memory_bound(actor)
-            with contextlib.suppress(OSError):  # `check_room` below says why
-                if bound is not None and \
-                        save.free_bytes(image)[0] >= save.image_bytes_needed(memory, bound):
-                    return  # fits even with every GPU byte in the image
-            gpu_memory = self.gpus.device_memory(actor)
-        what = f"memory {memory / save.MiB:.1f} MiB"
-        if gpu_memory:
-            what += f" + GPU memory {gpu_memory / save.MiB:.1f} MiB"
-        what += " + margin"
-        save.check_room(image, save.image_bytes_needed(memory, gpu_memory), uid, what=what)
+                return self.checkpoints.take(actor, req.dirs.checkpoint_dir)
 
     def terminate_workload(self, req: TerminateRequest) -> None:
         uid = req.actor.actor_uid
@@ -393,23 +331,3 @@ class AteomService:
     def placement_snapshot(self) -> PlacementSnapshot | None:
         """Who holds which of the Pod's GPUs (metrics, Inspect); None before any."""
         return self.gpus.pool.snapshot()
-
-
-def _undo(record: compat_record.RecordWrite | None, stopped: StoppedSandbox) -> None:
-    """After a failed save: no record beside what runsc left, the sandbox's
-    processes let go (whoever tears it down lists them again)."""
-    if record is not None:
-        record.discard()
-    stopped.close()
-
-
-def _terminated_by_failed_checkpoint(uid: str, exc: BaseException) -> BaseException:
-    """The error a Checkpoint returns when the save failed and left the sandbox in a
-    state no one should resume (dead, not answering, or saved without what makes
-    the image usable): the actor was terminated, its GPUs and slot are free, and
-    this says why. DATA_LOSS: what the actor held in memory is gone."""
-    if isinstance(exc, save.SandboxLost) or not isinstance(exc, AteomError):
-        return exc
-    return AteomError(f"checkpoint of actor {uid} failed and the actor was terminated"
-                      f" (nothing was saved; its GPUs and slot are free): {exc}",
-                      code=ErrorCode.DATA_LOSS)

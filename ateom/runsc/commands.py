@@ -400,16 +400,20 @@ class Runsc:
         if unknown."""
         return str(self.state(name).get("status", ""))
 
-    def running(self, name: str) -> bool:
-        """Whether the container's sandbox really runs: runsc says "running" (not
-        "paused", not "stopped") and the pid it names is alive. runsc's word alone
-        is not enough: after a save (and a failed one that killed the sentry, as
-        0.0~20240729's does) ``runsc state`` still says "running", with a dead pid
-        (reads /proc). `RunscTimeout` when runsc did not answer."""
+    def not_running(self, name: str) -> str:
+        """Why the container's sandbox does not really run ("" when it does): runsc
+        must say "running" (not "paused", not "stopped") and the pid it names be
+        alive. runsc's word alone is not enough: after a save (and a failed one
+        that killed the sentry, as 0.0~20240729's does) ``runsc state`` still says
+        "running", with a dead pid (reads /proc). `RunscTimeout` when runsc did
+        not answer."""
         state = self.state(name)
-        pid = state.get("pid")
-        return (state.get("status") == "running" and isinstance(pid, int) and pid > 0
-                and process_alive(pid))
+        status, pid = str(state.get("status") or "unknown"), state.get("pid")
+        if status != "running":
+            return f"is {status}"
+        if not (isinstance(pid, int) and pid > 0 and process_alive(pid)):
+            return "has no live process (runsc state still says running)"
+        return ""
 
     def stats(self, name: str) -> dict[str, object]:
         done = self._capture("events --stats", name, events_stats_argv(self.target, name))

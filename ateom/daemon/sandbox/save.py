@@ -31,7 +31,6 @@ from ateom.daemon.calls.answer import after_answer
 from ateom.daemon.calls.phases import phase
 from ateom.daemon.sandbox.boot import Sandbox
 from ateom.errors import AteomError, ErrorCode, quote
-from ateom.process.exits import alive as process_alive
 from ateom.process.exits import exiting, wait_exited
 from ateom.runsc.commands import RunscError, RunscTimeout
 
@@ -218,15 +217,11 @@ def fate(sandbox: Sandbox, reaped: Callable[[], bool], *, settle: float | None =
                 " save")
     for c in sandbox.plan.containers:
         try:
-            state = sandbox.runsc.state(c.runsc_id)
+            why = sandbox.runsc.not_running(c.runsc_id)
         except RunscTimeout:
             return "its sandbox no longer answers runsc after the failed save"
-        status, pid = str(state.get("status") or "unknown"), state.get("pid")
-        if status != "running":
-            return f"its container {c.name} is {status} after the failed save"
-        if not (isinstance(pid, int) and pid > 0 and process_alive(pid)):
-            return (f"its container {c.name}'s process is gone after the failed save"
-                    " (runsc state still says running)")
+        if why:
+            return f"its container {c.name} {why} after the failed save"
     return ""
 
 

@@ -25,7 +25,7 @@ import pytest
 from ateom.daemon.sandbox import save
 from ateom.errors import AteomError, ErrorCode
 from ateom.process.exits import alive as process_alive
-from ateom.runsc.commands import RunscError, RunscTimeout
+from ateom.runsc.commands import Runsc, RunscError, RunscTimeout
 
 
 class _Runsc:
@@ -44,6 +44,9 @@ class _Runsc:
         if isinstance(self._state, RunscTimeout):
             raise self._state
         return self._state
+
+    def not_running(self, name: str) -> str:
+        return Runsc.not_running(self, name)  # type: ignore[arg-type]
 
 
 @dataclass
@@ -112,7 +115,7 @@ def test_a_sandbox_that_exits_after_the_failed_save_is_the_actor_lost(
 
 
 @pytest.mark.parametrize(("state", "says"), [
-    ({"status": "running"}, "process is gone"),  # no pid: runsc could not say
+    ({"status": "running"}, "no live process"),  # no pid: runsc could not say
     ({"status": "stopped", "pid": os.getpid()}, "stopped"),
     ({"status": "paused", "pid": os.getpid()}, "paused"),  # nothing runs in it
     ({}, "unknown"),  # runsc state failed

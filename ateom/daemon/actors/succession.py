@@ -76,12 +76,6 @@ class Succession:
         """Name `dying` actors (whose slot or GPUs this one took) predecessors."""
         self.predecessors += [d for d in dying if d not in self.predecessors]
 
-    def took_gpus_of(self, dying: Iterable[Succession], booked: Iterable[str]
-                     ) -> list[Succession]:
-        """Those of `dying` that yielded any of the GPUs this actor `booked` (pure)."""
-        held = set(booked)
-        return [d for d in dying if held & set(d.yielded_gpus)]
-
     def wait_for_predecessors(self, max_wait: float) -> None:
         """Wait (``capacity.wait``) until every predecessor is freed, each no longer
         than `max_wait` nor the caller's deadline (DEADLINE_EXCEEDED); one still
@@ -97,6 +91,12 @@ class Succession:
         """Wait (``release.wait``) until it has left the table, no longer than
         `max_wait` seconds nor the caller's deadline (then DEADLINE_EXCEEDED)."""
         return _wait(self.gone, phase("release.wait"), max_wait, what)
+
+
+def yielders_of(booked: Iterable[str], dying: Iterable[Succession]) -> list[Succession]:
+    """Those of `dying` that yielded any of the `booked` GPUs (pure)."""
+    held = set(booked)
+    return [d for d in dying if held & set(d.yielded_gpus)]
 
 
 def _wait(event: threading.Event, timed: AbstractContextManager[object], max_wait: float,

@@ -29,6 +29,7 @@ import structlog
 from ateom.daemon.actors import stats
 from ateom.daemon.actors.admission import Admission
 from ateom.daemon.actors.hosting import Hosting
+from ateom.daemon.actors.succession import yielders_of
 from ateom.daemon.actors.table import Actor, ActorTable, Op, Phase
 from ateom.daemon.bundles.catalog import DeviceCatalog
 from ateom.daemon.bundles.plan import CdiInjector, Injector, SandboxPlan, SandboxPlanner
@@ -184,9 +185,7 @@ class AteomService:
         boots B's sandbox root meanwhile)."""
         uid = actor.ref.actor_uid
         view = self.gpus.book(uid, req, info, self.planner.devices(req.containers), image)
-        succession = actor.succession
-        succession.take(succession.took_gpus_of(self.actors.dying(),
-                                                self.gpus.pool.held_by(uid)))
+        actor.succession.take(yielders_of(self.gpus.pool.held_by(uid), self.actors.dying()))
         return view
 
     def _exited_on_its_own(self, actor: Actor) -> None:
@@ -194,10 +193,9 @@ class AteomService:
         the actor found it so): its GPUs go back at once, since a dead sandbox cannot
         use them; it stays listed as exited, holding its slot, until terminated."""
         uid = actor.ref.actor_uid
-        freed = self.gpus.pool.free(uid)
+        log.warning("actor_exited", actor_uid=uid, exit_code=actor.sandbox_exit)
         sandbox_exits.exited("on_its_own")
-        log.warning("actor_exited", actor_uid=uid, exit_code=actor.sandbox_exit,
-                    gpus_released=list(freed))
+        self.gpus.give_back(uid)
 
     # -- lifecycle ---------------------------------------------------------------
 

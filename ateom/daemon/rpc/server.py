@@ -265,11 +265,6 @@ def start_server(config: DaemonConfig, service: AteomService) -> RunningServer:
     """Bind, register services, start; health SERVING. (Reads the TLS files, binds sockets.)"""
     tcp_creds = tcp_credentials(config)  # before anything is bound or created
     prepare_socket(config.socket)
-    # Made here if missing; when they cannot be, the daemon serves NOT_SERVING and
-    # says why (`readiness`) until they can.
-    for path, mode in ((config.state_root, 0o700), (config.log_root, 0o750)):
-        with contextlib.suppress(OSError):
-            os.makedirs(path, mode=mode, exist_ok=True)
     # More threads than the service has call slots: Health and Inspect keep
     # theirs when every slot waits on runsc (see `ateom.daemon.actors.admission`).
     server = grpc.server(

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from ateom.daemon.actors.succession import Succession
+from ateom.daemon.actors.succession import Succession, yielders_of
 from ateom.errors import AteomError, ErrorCode
 
 
@@ -26,7 +26,7 @@ def test_a_successor_takes_those_whose_slot_or_gpus_it_took_once_each() -> None:
     a, c, b = Succession("a"), Succession("c"), Succession("b")
     a.yield_capacity(("nvidia.com/gpu=0",))
     c.yield_capacity(("nvidia.com/gpu=1",))
-    assert b.took_gpus_of([a, c], ["nvidia.com/gpu=1"]) == [c]
+    assert yielders_of(["nvidia.com/gpu=1"], [a, c]) == [c]
     b.take([c])
     b.take([c, a])  # the slot too: both, each once
     assert b.predecessors == [c, a]

@@ -14,8 +14,9 @@ data), `gather` with `gather_node`, `gather_cdi` and `gather_userns` (the
 shell), `verdict` (a check's status and result, the report), `checks` (the
 chain, in order) over `checks_node`, `checks_cdi`, `checks_runsc` and
 `checks_gpu` (one pure function per check), `report` (text and JSON), `cli`
-(``ateom doctor`` and ``ateom health``), `health` (the gRPC health check). The daemon's
-``ateom.Inspect/Doctor`` RPC (`ateom.daemon.rpc.inspection`) calls
+(``ateom doctor`` and ``ateom health``), `health` (the gRPC health check).
+
+The daemon's ``ateom.Inspect/Doctor`` RPC (`ateom.daemon.rpc.inspection`) calls
 `run_doctor(config, environ, reaper_runner(reaper))`
 (`ateom.process.runner.reaper_runner`), so the daemon's reaper stays the
 only one waiting on its children.

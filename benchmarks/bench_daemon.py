@@ -56,6 +56,7 @@ from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from turns_actors import REPO  # noqa: F401 (this dir: puts REPO, and tests/, on sys.path)
 
 from ateom._proto import ateom_pb2 as pb
 from ateom._proto import ateom_pb2_grpc as pb_grpc

@@ -59,9 +59,9 @@ from ateom.runsc.commands import (
     start_argv,
 )
 from ateom.runsc.probe import probe_runsc
-from tests.daemon.harness import Daemon, World
 from tests.daemon.test_e2e_real_runsc import wait_ticks
 from tests.support import build_busybox_bundle
+from tests.support.daemon import Daemon, DaemonWorld
 
 FLAGS = ("--network=none", "--ignore-cgroups")
 KILL_GRACE = 1.0
@@ -193,7 +193,7 @@ def round_for(target: RunscTarget, base: Path, size: int, n: int) -> dict[str, f
 
 
 def wedged_terminates(runsc: str, base: Path, rounds: int) -> list[float]:
-    world = World(base / "world")
+    world = DaemonWorld(base / "world")
     daemon = Daemon(world, runsc, run_dir=base / "run", kill_grace=str(KILL_GRACE))
     took = []
     try:

@@ -69,9 +69,9 @@ from turns_actors import (  # this dir: puts REPO on sys.path
 from ateom._proto import ateom_pb2 as pb  # noqa: E402
 from ateom.daemon.sandbox.state_dir import unmount_under  # noqa: E402
 from ateom.runsc.probe import probe_runsc  # noqa: E402
-from tests.daemon.harness import GPUS, Daemon  # noqa: E402
 from tests.support import DEFAULT_DRIVER_VERSION  # noqa: E402
 from tests.support.attribution import calls, summary  # noqa: E402
+from tests.support.daemon import GPUS, Daemon  # noqa: E402
 from tests.support.stand_in_gpu import stand_in_gpu_prefix  # noqa: E402
 
 IN_NAMESPACE = "ATEOM_BENCH_TURNS_IN_NAMESPACE"

@@ -1,6 +1,6 @@
 """bench_turns' actors: one actor's turn through ateom, and the same runsc calls alone.
 
-`Turns` holds a daemon under test (`tests.daemon.harness`) and this process's own
+`Turns` holds a daemon under test (`tests.support.daemon`) and this process's own
 reaper; each side boots an actor that holds SIZE MiB, checkpoints it, restores it
 and waits for it to work again, timing each step. The runsc-alone side runs the
 command lines ateom's argv builders make, on the bundles ateom injected, spawned
@@ -49,8 +49,8 @@ from ateom.runsc.commands import (  # noqa: E402
     start_argv,
 )
 from ateom.runsc.probe import probe_runsc  # noqa: E402
-from tests.daemon.harness import GPUS, Daemon, World  # noqa: E402
 from tests.support import DEFAULT_DRIVER_VERSION, build_busybox_bundle  # noqa: E402
+from tests.support.daemon import GPUS, Daemon, DaemonWorld  # noqa: E402
 from tests.support.newest_runsc import newest_runsc  # noqa: E402
 from tests.support.stand_in_gpu import install_cdi_hook_stand_in  # noqa: E402
 
@@ -125,7 +125,7 @@ class Alone:
 
 class Turns:
     def __init__(self, base: Path, runsc: str, gpu: bool) -> None:
-        self.world = World(base)
+        self.world = DaemonWorld(base)
         install_cdi_hook_stand_in(base / "toolkit")  # the toolkit dir the Daemon names
         self.runsc_path = runsc
         self.gpu = gpu

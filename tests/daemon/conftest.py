@@ -5,23 +5,25 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from ateom.daemon.calls.refusals import REFUSAL_OBSERVERS
-from tests.daemon.harness import (
+from tests.support import build_fake_driver_libs, write_sim_gpu_spec
+from tests.support.daemon import (
     DEFAULT_RELEASE,
     RELEASES,
     RUNSC,
     Daemon,
-    World,
+    DaemonWorld,
     dev_null_ok,
     release_options,
     runsc_processes,
 )
-from tests.daemon.service_world import gpu_spec_dir, make_world  # noqa: F401 (fixtures)
+from tests.support.world import ServiceWorld, plain_world
 
 needs_runsc = pytest.mark.skipif(
     os.geteuid() != 0 or RUNSC is None or shutil.which("gcc") is None
@@ -31,8 +33,25 @@ needs_runsc = pytest.mark.skipif(
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> World:
-    return World(tmp_path_factory.mktemp("world"))
+def gpu_spec_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    base = tmp_path_factory.mktemp("gpu")
+    libs = build_fake_driver_libs(base / "lib64")
+    write_sim_gpu_spec(base / "cdi", libs, gpus=2)
+    return base / "cdi"
+
+
+@pytest.fixture
+def make_world(tmp_path: Path, gpu_spec_dir: Path) -> Callable[..., ServiceWorld]:
+    """`plain_world` in this test's tmp dir, on the module's 2-GPU spec."""
+    def make(**kw: Any) -> ServiceWorld:
+        return plain_world(tmp_path, gpu_spec_dir, **kw)
+
+    return make
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> DaemonWorld:
+    return DaemonWorld(tmp_path_factory.mktemp("world"))
 
 
 def _stopped(d: Daemon) -> None:
@@ -42,7 +61,7 @@ def _stopped(d: Daemon) -> None:
 
 
 @pytest.fixture(scope="module")
-def daemon(world: World) -> Iterator[Daemon]:
+def daemon(world: DaemonWorld) -> Iterator[Daemon]:
     """The daemon on the default release; `runsc_dir` also offers a runsc without
     nvproxy (Debian 12's own 2022 build, emulated), as a request's runsc_path."""
     old_dir = world.base / "runsc-dir"
@@ -59,7 +78,7 @@ def daemon(world: World) -> Iterator[Daemon]:
 
 
 @pytest.fixture(scope="module", params=RELEASES)
-def release_daemon(request: pytest.FixtureRequest, world: World) -> Iterator[Daemon]:
+def release_daemon(request: pytest.FixtureRequest, world: DaemonWorld) -> Iterator[Daemon]:
     """A daemon per emulated release (its own run dir and socket), for tests whose
     behaviour is the same on every release."""
     release: str = request.param

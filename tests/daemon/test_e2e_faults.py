@@ -44,7 +44,6 @@ import pytest
 from ateom._proto import ateom_pb2 as pb
 from ateom.gpuinfo.record import RECORD_FILE
 from tests.daemon.conftest import _stopped, needs_runsc
-from tests.daemon.harness import GPUS, Daemon, World, run_request, runsc_processes
 from tests.daemon.test_e2e_real_runsc import (
     NEWEST,
     mounts_in,
@@ -55,6 +54,7 @@ from tests.daemon.test_e2e_real_runsc import (
     wait_ticks,
 )
 from tests.support import DEFAULT_DRIVER_VERSION
+from tests.support.daemon import GPUS, Daemon, DaemonWorld, run_request, runsc_processes
 from tests.support.stand_in_gpu import install_cdi_hook_stand_in, stand_in_gpu_prefix
 
 pytestmark = [needs_runsc, needs_newest, pytest.mark.root, pytest.mark.runtime]
@@ -69,7 +69,7 @@ def holding(mib: int) -> str:
 
 
 @pytest.fixture(scope="module")
-def daemon(world: World) -> Iterator[Daemon]:
+def daemon(world: DaemonWorld) -> Iterator[Daemon]:
     d = newest_daemon(world, "faults", max_actors="4", kill_grace=str(KILL_GRACE))
     try:
         yield d
@@ -77,7 +77,7 @@ def daemon(world: World) -> Iterator[Daemon]:
         _stopped(d)
 
 
-def gpu_actor(daemon: Daemon, world: World, uid: str, mib: int = 8) -> Path:
+def gpu_actor(daemon: Daemon, world: DaemonWorld, uid: str, mib: int = 8) -> Path:
     """Run a GPU actor holding `mib` MiB; its app's log, once it ticks."""
     for leftover in ("checkpoint", "restore"):
         shutil.rmtree(world.actors_root / uid / leftover, ignore_errors=True)
@@ -88,7 +88,7 @@ def gpu_actor(daemon: Daemon, world: World, uid: str, mib: int = 8) -> Path:
     return log
 
 
-def checkpoint(daemon: Daemon, world: World, uid: str, image: Path | None = None,
+def checkpoint(daemon: Daemon, world: DaemonWorld, uid: str, image: Path | None = None,
                timeout: float = 180) -> pb.CheckpointWorkloadResponse:
     dirs = world.actor_dirs(uid)
     if image is not None:
@@ -173,7 +173,7 @@ def once_writing(image: Path, then: Callable[[], None], timeout: float = 60) -> 
     return thread
 
 
-def runs_on_and_saves(daemon: Daemon, world: World, uid: str, log: Path) -> None:
+def runs_on_and_saves(daemon: Daemon, world: DaemonWorld, uid: str, log: Path) -> None:
     """The actor kept running, never paused, hosted with its GPUs, and a checkpoint
     into its own dir (with room, writable) works."""
     last = ticks(log)[-1]
@@ -201,7 +201,7 @@ def assert_gone_and_freed(daemon: Daemon, uid: str) -> None:
 
 
 def test_a_checkpoint_that_cannot_fit_is_refused_before_anything_is_paused(
-        world: World, daemon: Daemon) -> None:
+        world: DaemonWorld, daemon: Daemon) -> None:
     uid = "tight"
     log = gpu_actor(daemon, world, uid, mib=48)
     small = world.actors_root / uid / "small-disk"
@@ -218,7 +218,7 @@ def test_a_checkpoint_that_cannot_fit_is_refused_before_anything_is_paused(
 
 
 def test_a_disk_that_fills_up_during_the_save_loses_the_actor_and_says_so(
-        world: World, daemon: Daemon) -> None:
+        world: DaemonWorld, daemon: Daemon) -> None:
     uid = "filled"
     gpu_actor(daemon, world, uid, mib=96)
     disk = world.actors_root / uid / "filling-disk"
@@ -255,7 +255,8 @@ def test_a_disk_that_fills_up_during_the_save_loses_the_actor_and_says_so(
     assert settle and settle[-1]["duration_ms"] < 10_000
 
 
-def test_a_save_refused_before_the_pause_keeps_the_actor(world: World, daemon: Daemon) -> None:
+def test_a_save_refused_before_the_pause_keeps_the_actor(
+        world: DaemonWorld, daemon: Daemon) -> None:
     uid = "readonly"
     log = gpu_actor(daemon, world, uid)
     disk = world.actors_root / uid / "readonly-disk"
@@ -270,7 +271,7 @@ def test_a_save_refused_before_the_pause_keeps_the_actor(world: World, daemon: D
 
 
 def test_runsc_killed_in_the_middle_of_a_checkpoint_loses_the_actor_and_says_so(
-        world: World, daemon: Daemon) -> None:
+        world: DaemonWorld, daemon: Daemon) -> None:
     uid = "midsave"
     gpu_actor(daemon, world, uid, mib=192)
     root = daemon.run_dir / "actors" / uid
@@ -295,7 +296,7 @@ def test_runsc_killed_in_the_middle_of_a_checkpoint_loses_the_actor_and_says_so(
 
 
 def test_a_sandbox_killed_by_anyone_is_seen_at_once_and_its_gpus_go_back(
-        world: World, daemon: Daemon) -> None:
+        world: DaemonWorld, daemon: Daemon) -> None:
     uid = "killed"
     gpu_actor(daemon, world, uid)
     root = daemon.run_dir / "actors" / uid
@@ -328,7 +329,7 @@ def test_a_sandbox_killed_by_anyone_is_seen_at_once_and_its_gpus_go_back(
 
 
 def test_terminate_of_a_wedged_sandbox_ends_within_the_grace_and_holds_no_one_up(
-        world: World, daemon: Daemon) -> None:
+        world: DaemonWorld, daemon: Daemon) -> None:
     wedged, other = "wedged", "bystander"
     gpu_actor(daemon, world, wedged)
     gpu_actor(daemon, world, other)
@@ -366,7 +367,7 @@ def test_terminate_of_a_wedged_sandbox_ends_within_the_grace_and_holds_no_one_up
 # -- a worker without the NVIDIA control nodes ---------------------------------------------
 
 
-def test_a_gpu_actor_without_the_control_nodes_is_refused_before_runsc(world: World) -> None:
+def test_a_gpu_actor_without_the_control_nodes_is_refused_before_runsc(world: DaemonWorld) -> None:
     assert NEWEST is not None
     install_cdi_hook_stand_in(world.base / "toolkit")
     d = Daemon(world, NEWEST.path, run_dir=world.base / "run-no-uvm",
@@ -389,7 +390,8 @@ def test_a_gpu_actor_without_the_control_nodes_is_refused_before_runsc(world: Wo
 # -- ateom itself killed mid-checkpoint ---------------------------------------------------
 
 
-def test_ateom_killed_mid_checkpoint_and_restarted_leaves_one_true_state(world: World) -> None:
+def test_ateom_killed_mid_checkpoint_and_restarted_leaves_one_true_state(
+        world: DaemonWorld) -> None:
     uid = "crashed"
     first = newest_daemon(world, "crash", max_actors="2")
     image = Path(world.actor_dirs(uid).checkpoint_dir)
@@ -423,7 +425,7 @@ def test_ateom_killed_mid_checkpoint_and_restarted_leaves_one_true_state(world: 
 
 
 def test_a_truncated_image_is_refused_leaving_nothing_and_keeping_its_files(
-        world: World, daemon: Daemon) -> None:
+        world: DaemonWorld, daemon: Daemon) -> None:
     uid = "truncated"
     gpu_actor(daemon, world, uid, mib=32)
     checkpoint(daemon, world, uid)
@@ -444,7 +446,7 @@ def test_a_truncated_image_is_refused_leaving_nothing_and_keeping_its_files(
 
 
 def test_terminate_racing_a_checkpoint_ends_in_one_true_state(
-        world: World, daemon: Daemon) -> None:
+        world: DaemonWorld, daemon: Daemon) -> None:
     uid = "raced"
     gpu_actor(daemon, world, uid, mib=96)
     image = Path(world.actor_dirs(uid).checkpoint_dir)
@@ -474,7 +476,7 @@ def test_terminate_racing_a_checkpoint_ends_in_one_true_state(
     assert_gone_and_freed(daemon, uid)
 
 
-def test_two_restores_of_one_actor_at_once_host_it_once(world: World, daemon: Daemon) -> None:
+def test_two_restores_of_one_actor_at_once_host_it_once(world: DaemonWorld, daemon: Daemon) -> None:
     uid = "twice"
     log = gpu_actor(daemon, world, uid, mib=16)
     checkpoint(daemon, world, uid)

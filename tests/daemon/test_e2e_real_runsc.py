@@ -32,9 +32,9 @@ import pytest
 from ateom.daemon.sandbox.state_dir import mounts_under
 from ateom.gpuinfo.record import RECORD_FILE, parse_record
 from tests.daemon.conftest import _stopped, needs_runsc
-from tests.daemon.harness import GPUS, RUNSC, Daemon, World, runsc_processes
 from tests.support import DEFAULT_DRIVER_VERSION
 from tests.support import grpcurl as operator
+from tests.support.daemon import GPUS, RUNSC, Daemon, DaemonWorld, runsc_processes
 from tests.support.newest_runsc import newest_runsc
 from tests.support.runsc_real import RealRunsc, real_runsc
 from tests.support.stand_in_gpu import (
@@ -73,7 +73,7 @@ def call(daemon: Daemon, method: str, body: dict[str, Any]) -> dict[str, Any]:
     return operator.call(daemon.socket, method, body)
 
 
-def dirs(world: World, uid: str) -> dict[str, str]:
+def dirs(world: DaemonWorld, uid: str) -> dict[str, str]:
     d = world.actor_dirs(uid)
     return {"root_dir": d.root_dir, "oci_bundle_dir": d.oci_bundle_dir,
             "checkpoint_dir": d.checkpoint_dir, "restore_dir": d.restore_dir}
@@ -109,7 +109,7 @@ def nothing_left(daemon: Daemon, uid: str) -> None:
     assert not runsc_processes(str(state))
 
 
-def newest_daemon(world: World, name: str, **extra: str) -> Daemon:
+def newest_daemon(world: DaemonWorld, name: str, **extra: str) -> Daemon:
     assert NEWEST is not None
     install_cdi_hook_stand_in(world.base / "toolkit")  # the Daemon's toolkit dir
     return Daemon(world, NEWEST.path, run_dir=world.base / f"run-{name}",
@@ -118,7 +118,7 @@ def newest_daemon(world: World, name: str, **extra: str) -> Daemon:
 
 
 @pytest.fixture(scope="module")
-def newest(world: World) -> Iterator[Daemon]:
+def newest(world: DaemonWorld) -> Iterator[Daemon]:
     d = newest_daemon(world, "newest", max_actors="4")
     try:
         yield d
@@ -126,20 +126,20 @@ def newest(world: World) -> Iterator[Daemon]:
         _stopped(d)
 
 
-def _gpu_actor(world: World, uid: str, app: str = COUNTER) -> None:
+def _gpu_actor(world: DaemonWorld, uid: str, app: str = COUNTER) -> None:
     for leftover in ("checkpoint", "restore"):
         shutil.rmtree(world.actors_root / uid / leftover, ignore_errors=True)
     world.bundles(uid, {"app": ["sh", "-c", app]})
 
 
-def _run(daemon: Daemon, world: World, uid: str, containers: list[str]) -> None:
+def _run(daemon: Daemon, world: DaemonWorld, uid: str, containers: list[str]) -> None:
     call(daemon, "ateom.Ateom/RunWorkload", {
         "actor_uid": uid, "spec": {"containers": [{"name": c} for c in containers]},
         "actor_dirs": dirs(world, uid)})
 
 
 @needs_newest
-def test_gpu_actor_whole_turn_on_the_newest_runsc(world: World, newest: Daemon) -> None:
+def test_gpu_actor_whole_turn_on_the_newest_runsc(world: DaemonWorld, newest: Daemon) -> None:
     uid = "gpu-turn"
     _gpu_actor(world, uid)
     _run(newest, world, uid, ["app"])
@@ -183,7 +183,7 @@ def test_gpu_actor_whole_turn_on_the_newest_runsc(world: World, newest: Daemon) 
 
 @needs_newest
 def test_restore_on_a_worker_with_another_driver_is_refused_before_runsc(
-        world: World) -> None:
+        world: DaemonWorld) -> None:
     uid = "gpu-moved"
     _gpu_actor(world, uid)
     first = newest_daemon(world, "moved-1")
@@ -217,7 +217,7 @@ def test_restore_on_a_worker_with_another_driver_is_refused_before_runsc(
         version.write_text(original)
 
 
-def _cpu_turn(daemon: Daemon, world: World, uid: str) -> None:
+def _cpu_turn(daemon: Daemon, world: DaemonWorld, uid: str) -> None:
     world.bundles(uid, {}, pause_args=["sh", "-c", COUNTER])
     for leftover in ("checkpoint", "restore"):
         shutil.rmtree(world.actors_root / uid / leftover, ignore_errors=True)
@@ -238,12 +238,12 @@ def _cpu_turn(daemon: Daemon, world: World, uid: str) -> None:
 
 
 @needs_newest
-def test_cpu_actor_turn_on_the_newest_runsc(world: World, newest: Daemon) -> None:
+def test_cpu_actor_turn_on_the_newest_runsc(world: DaemonWorld, newest: Daemon) -> None:
     _cpu_turn(newest, world, "cpu-newest")
 
 
 @pytest.mark.skipif(DEBIAN is None or GRPCURL is None, reason="no Debian runsc or grpcurl")
-def test_cpu_actor_turn_on_debian_s_runsc(world: World) -> None:
+def test_cpu_actor_turn_on_debian_s_runsc(world: DaemonWorld) -> None:
     assert DEBIAN is not None
     daemon = Daemon(world, DEBIAN.path, run_dir=world.base / "run-debian-cpu")
     try:
@@ -258,7 +258,7 @@ def test_cpu_actor_turn_on_debian_s_runsc(world: World) -> None:
                     or GRPCURL is None or bool(can_make_namespaces()),
                     reason="needs Debian's runsc with nvproxy (0.0~20240729+), grpcurl, root")
 def test_a_driver_debian_s_nvproxy_does_not_know_is_refused_before_anything_runs(
-        world: World) -> None:
+        world: DaemonWorld) -> None:
     assert DEBIAN is not None and DEBIAN.newest_driver
     uid = "gpu-debian"
     _gpu_actor(world, uid)

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.doctor.gpu_worker import GpuWorker, build_gpu_worker
+from tests.support.doctor_worker import GpuWorker, build_gpu_worker
 
 
 @pytest.fixture

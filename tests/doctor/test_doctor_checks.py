@@ -30,8 +30,8 @@ from ateom.doctor.gather_node import gather_cgroups
 from ateom.doctor.gather_userns import gather_userns
 from ateom.doctor.report import render_json, render_text, report_to_dict
 from ateom.process.runner import subprocess_runner
-from tests.doctor.healthy_facts import GPU0, healthy
 from tests.support.configs import doctor_config
+from tests.support.healthy_facts import GPU0, healthy
 
 
 def status(facts: Facts, name: str) -> Status:

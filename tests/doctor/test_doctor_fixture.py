@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from ateom.doctor import CHECK_NAMES, Report, Status, render_text, run_doctor
-from tests.doctor.gpu_worker import GpuWorker
+from tests.support.doctor_worker import GpuWorker
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -172,7 +172,7 @@ import json, sys
 from ateom.process.reaper import Reaper
 from ateom.doctor import report_to_dict, run_doctor
 from ateom.process.runner import reaper_runner
-from tests.doctor.gpu_worker import GpuWorker
+from tests.support.doctor_worker import GpuWorker
 from pathlib import Path
 
 reaper = Reaper().start()  # reaps every child, as in ateom serve

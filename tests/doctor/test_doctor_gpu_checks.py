@@ -13,8 +13,8 @@ from ateom.doctor.facts import Facts, MpsFact, NodeFact
 from ateom.gpuinfo.cuda_checkpoint import CudaCheckpointFacts
 from ateom.gpuinfo.inventory import FactConflict, GpuFacts
 from ateom.gpuinfo.mps import MpsVerdict, mps_in_edits
-from tests.doctor.healthy_facts import HELP_590, healthy
 from tests.support.configs import doctor_config
+from tests.support.healthy_facts import HELP_590, healthy
 
 
 def result(facts: Facts, name: str) -> CheckResult:

@@ -15,7 +15,7 @@ import pytest
 
 from ateom.cdi.testing import spec_document
 from ateom.doctor import CHECK_NAMES, Report, Status, render_text, run_doctor
-from tests.doctor.gpu_worker import GpuWorker
+from tests.support.doctor_worker import GpuWorker
 
 REPO = Path(__file__).resolve().parents[2]
 

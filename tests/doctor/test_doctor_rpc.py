@@ -25,8 +25,8 @@ from ateom.daemon.rpc.inspection import Inspector
 from ateom.daemon.rpc.server import RunningServer, start_server
 from ateom.doctor import CHECK_NAMES
 from ateom.process.reaper import Reaper
-from tests.doctor.gpu_worker import POD_RUNSC_FLAGS, GpuWorker
 from tests.support import configs
+from tests.support.doctor_worker import POD_RUNSC_FLAGS, GpuWorker
 
 REPO = Path(__file__).resolve().parents[2]
 STATUS_NAME = {pb.DOCTOR_STATUS_PASS: "PASS", pb.DOCTOR_STATUS_WARN: "WARN",

@@ -47,9 +47,9 @@ def free_port() -> int:
 
 class MetricsDaemon:
     def __init__(self, base: Path, *, metrics: bool = True) -> None:
-        from tests.daemon.harness import World
+        from tests.support.daemon import DaemonWorld
 
-        self.world = World(base)
+        self.world = DaemonWorld(base)
         self.log = open(base / "daemon.log", "wb")  # noqa: SIM115
         port = free_port()
         argv = self.world.daemon_args(str(self.world.shim))
@@ -102,7 +102,7 @@ class MetricsDaemon:
 
 @pytest.fixture
 def metrics_daemon(tmp_path: Path) -> Iterator[MetricsDaemon]:
-    from tests.daemon.harness import dev_null_ok, runsc_processes
+    from tests.support.daemon import dev_null_ok, runsc_processes
 
     d = MetricsDaemon(tmp_path)
     try:
@@ -118,7 +118,7 @@ def metrics_daemon(tmp_path: Path) -> Iterator[MetricsDaemon]:
 def test_scrape_moves_when_a_gpu_actor_runs(metrics_daemon: MetricsDaemon) -> None:
     from ateom._proto import ateom_pb2 as pb
     from ateom._proto import ateom_pb2_grpc as pb_grpc
-    from tests.daemon.harness import run_request
+    from tests.support.daemon import run_request
 
     d = metrics_daemon
     stub = pb_grpc.AteomStub(d.channel)
@@ -163,7 +163,7 @@ def test_scrape_times_checkpoint_and_restore(metrics_daemon: MetricsDaemon) -> N
     # (a pause-only actor: Debian's runsc restores one container, not several).
     from ateom._proto import ateom_pb2 as pb
     from ateom._proto import ateom_pb2_grpc as pb_grpc
-    from tests.daemon.harness import run_request
+    from tests.support.daemon import run_request
 
     d = metrics_daemon
     stub = pb_grpc.AteomStub(d.channel)

@@ -9,7 +9,7 @@ from ateom.daemon.calls.requests import (
     ActorRef,
 )
 from ateom.errors import AteomError, ErrorCode
-from tests.daemon.pure_support import code
+from tests.support.pure import code
 
 # -- state machine --------------------------------------------------------------
 

@@ -18,11 +18,13 @@ from ateom.daemon.lifecycle.service import AteomService
 from ateom.daemon.rpc.inspection import Inspector
 from ateom.errors import AteomError, ErrorCode
 from ateom.process.reaper import Reaper
-from tests.daemon.fake_runsc import FakeRunsc
-from tests.daemon.gpus.world import (
-    GpuWorld,
-    pytestmark,  # noqa: F401 (busybox needed here too)
+from tests.support.fake_runsc import FakeRunsc
+from tests.support.world import (
+    gpu_world,
+    needs_busybox,
 )
+
+pytestmark = needs_busybox
 
 
 def _write_mps_spec(cdi: Path) -> None:
@@ -38,7 +40,7 @@ def _write_mps_spec(cdi: Path) -> None:
 
 def test_an_mps_device_is_refused_for_a_gvisor_actor_naming_it(
         tmp_path: Path, refusals: list[tuple[str, str]]) -> None:
-    w = GpuWorld(tmp_path)
+    w = gpu_world(tmp_path)
     _write_mps_spec(tmp_path / "cdi")
     req = w.run("m", devices=DeviceChoice(DevicePolicy.EXPLICIT, ("nvidia.com/mps=shared0",)))
     with pytest.raises(AteomError) as err:
@@ -60,7 +62,7 @@ def test_plan_injection_refuses_what_run_refuses_with_the_same_error(
         tmp_path: Path, refusals: list[tuple[str, str]], case: str) -> None:
     # One resolve step (`devices.resolve_for_gvisor`): an operator's dry run
     # must not show a diff RunWorkload would refuse.
-    w = GpuWorld(tmp_path)
+    w = gpu_world(tmp_path)
     name = {"mps": "nvidia.com/mps=shared0", "no_nvproxy": "nvidia.com/gpu=0",
             "not_gvisor": "amd.com/gpu=0"}[case]
     _write_mps_spec(tmp_path / "cdi")

@@ -24,7 +24,7 @@ from ateom.daemon.calls.requests import (
     VolumeMountRequest,
 )
 from ateom.errors import AteomError, ErrorCode
-from tests.daemon.pure_support import DIRS, ROOT, code
+from tests.support.pure import DIRS, ROOT, code
 
 # -- validation ---------------------------------------------------------------
 

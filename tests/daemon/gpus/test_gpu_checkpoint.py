@@ -17,19 +17,21 @@ from ateom.daemon.gpus.checkpoint_policy import TOOL_IN_CONTAINER
 from ateom.daemon.rpc.inspection import Inspector
 from ateom.errors import AteomError, ErrorCode
 from ateom.gpuinfo.record import RECORD_FILE, parse_record
-from tests.daemon.gpus.world import (
-    GpuWorld,
-    pytestmark,  # noqa: F401 (busybox needed here too)
+from tests.support.world import (
+    gpu_world,
+    needs_busybox,
 )
+
+pytestmark = needs_busybox
 
 
 def test_gpu_checkpoint_mounts_the_tool_passes_the_flag_and_writes_the_record(
         tmp_path: Path) -> None:
-    w = GpuWorld(tmp_path)
-    w.service.run_workload(w.run("g", GpuWish(count=2)))
+    w = gpu_world(tmp_path)
+    w.service.run_workload(w.run("g", gpus=GpuWish(count=2)))
     [mount] = [m for m in w.app_config("g")["mounts"]  # type: ignore[attr-defined]
                if m["destination"] == TOOL_IN_CONTAINER]
-    assert mount["source"] == str(w.node / "bin" / "cuda-checkpoint")
+    assert mount["source"] == str(Path(w.config.node.driver_root) / "bin" / "cuda-checkpoint")
     assert "ro" in mount["options"]
     result = w.service.checkpoint_workload(CheckpointRequest(actor=ActorRef("g"),
                                                              dirs=w.dirs("g")))
@@ -37,7 +39,7 @@ def test_gpu_checkpoint_mounts_the_tool_passes_the_flag_and_writes_the_record(
     [argv] = [a for a in w.fake.calls() if "checkpoint" in a]
     assert f"--cuda-checkpoint-path={TOOL_IN_CONTAINER}" in argv
     assert argv.index("checkpoint") < argv.index(f"--cuda-checkpoint-path={TOOL_IN_CONTAINER}")
-    record = parse_record((tmp_path / "actors/g/ckpt" / RECORD_FILE).read_bytes()).record
+    record = parse_record((tmp_path / "actors/g/checkpoint" / RECORD_FILE).read_bytes()).record
     assert record.driver_version == "580.95.05" and record.runsc.version == "release-20260706.0"
     assert [g.index for g in record.gpus] == [0, 1]
     assert [(c.name, c.cdi_devices) for c in record.containers] == [
@@ -55,8 +57,8 @@ def test_gpu_checkpoint_mounts_the_tool_passes_the_flag_and_writes_the_record(
 def test_a_gpu_checkpoint_that_cannot_work_is_refused_before_the_sandbox_is_touched(
         tmp_path: Path, refusals: list[tuple[str, str]], kw: dict[str, object], reason: str,
         says: str) -> None:
-    w = GpuWorld(tmp_path, **kw)  # type: ignore[arg-type]
-    w.service.run_workload(w.run("g", GpuWish(count=1)))
+    w = gpu_world(tmp_path, **kw)  # type: ignore[arg-type]
+    w.service.run_workload(w.run("g", gpus=GpuWish(count=1)))
     before = w.fake.commands()
     with pytest.raises(AteomError) as err:
         w.service.checkpoint_workload(CheckpointRequest(actor=ActorRef("g"), dirs=w.dirs("g")))
@@ -72,8 +74,8 @@ def test_a_gpu_checkpoint_that_cannot_work_is_refused_before_the_sandbox_is_touc
 
 
 def test_a_multi_gpu_actor_on_r610_needs_the_sequential_flag(tmp_path: Path) -> None:
-    w = GpuWorld(tmp_path, driver="610.10.01", checkpoint_flags=("cuda-checkpoint-path",))
-    w.service.run_workload(w.run("g", GpuWish(count=2)))
+    w = gpu_world(tmp_path, driver="610.10.01", checkpoint_flags=("cuda-checkpoint-path",))
+    w.service.run_workload(w.run("g", gpus=GpuWish(count=2)))
     process = w.app_config("g")["process"]
     assert process["args"][:2] == [TOOL_IN_CONTAINER, "--launch-job"]  # type: ignore[index]
     with pytest.raises(AteomError, match="cuda-checkpoint-sequential") as err:
@@ -83,8 +85,8 @@ def test_a_multi_gpu_actor_on_r610_needs_the_sequential_flag(tmp_path: Path) -> 
 
 def test_a_failed_save_that_killed_the_sandbox_terminates_the_actor_with_the_reason(
         tmp_path: Path) -> None:
-    w = GpuWorld(tmp_path)
-    w.service.run_workload(w.run("g", GpuWish(count=1)))
+    w = gpu_world(tmp_path)
+    w.service.run_workload(w.run("g", gpus=GpuWish(count=1)))
     w.fake.fail("checkpoint g_pause", "state g_pause")  # failed, and state unknown after
     with pytest.raises(AteomError) as err:
         w.service.checkpoint_workload(CheckpointRequest(actor=ActorRef("g"), dirs=w.dirs("g")))
@@ -92,14 +94,14 @@ def test_a_failed_save_that_killed_the_sandbox_terminates_the_actor_with_the_rea
     assert err.value.code is ErrorCode.DATA_LOSS
     assert w.service.actors.get("g") is None
     assert w.holders()["nvidia.com/gpu=0"] == ()
-    assert not (tmp_path / "actors/g/ckpt" / RECORD_FILE).exists()  # never reported saved
+    assert not (tmp_path / "actors/g/checkpoint" / RECORD_FILE).exists()  # never reported saved
 
 
 def test_a_gpu_checkpoint_counts_device_memory_only_when_the_disk_is_tight(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from ateom.daemon.sandbox import save
 
-    w = GpuWorld(tmp_path)
+    w = gpu_world(tmp_path)
     asked: list[str] = []
 
     def device_memory(actor: object) -> int:
@@ -107,7 +109,7 @@ def test_a_gpu_checkpoint_counts_device_memory_only_when_the_disk_is_tight(
         return 1 << 30
 
     monkeypatch.setattr(w.service.gpus, "device_memory", device_memory)
-    w.service.run_workload(w.run("g", GpuWish(count=1)))
+    w.service.run_workload(w.run("g", gpus=GpuWish(count=1)))
     actor = w.service.actors.get("g")
     assert actor is not None
     bound = w.service.gpus.device_memory_bound(actor)
@@ -141,9 +143,9 @@ def test_a_record_that_cannot_be_staged_is_written_after_the_save(
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(compat_record, "stage_record", unstageable)
-    w = GpuWorld(tmp_path)
-    w.service.run_workload(w.run("g", GpuWish(count=1)))
+    w = gpu_world(tmp_path)
+    w.service.run_workload(w.run("g", gpus=GpuWish(count=1)))
     result = w.service.checkpoint_workload(CheckpointRequest(actor=ActorRef("g"),
                                                              dirs=w.dirs("g")))
     assert RECORD_FILE in result.snapshot_files  # the save went on; the record came after
-    assert (tmp_path / "actors/g/ckpt" / RECORD_FILE).exists()
+    assert (tmp_path / "actors/g/checkpoint" / RECORD_FILE).exists()

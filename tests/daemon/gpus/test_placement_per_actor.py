@@ -19,26 +19,23 @@ from ateom.daemon.calls.requests import (
     RunRequest,
     TerminateRequest,
 )
-from ateom.daemon.lifecycle.service import AteomService
 from ateom.daemon.rpc.inspection import Inspector
 from ateom.errors import AteomError, ErrorCode
-from ateom.process.reaper import Reaper
-from tests.daemon.gpus.world import (
-    GpuWorld,
+from tests.support.world import (
     gpu_nodes,
-    pytestmark,  # noqa: F401 (busybox needed here too)
+    gpu_world,
+    needs_busybox,
     restore_actor,
 )
-from tests.support import build_fake_driver_libs, write_sim_gpu_spec
-from tests.support.configs import daemon_config
-from tests.support.gpu_node import SimGpu, write_gpu_node, write_sim_fixture
+
+pytestmark = needs_busybox
 
 
 def test_exclusive_actors_get_distinct_gpus_and_a_full_pod_names_holders(
         tmp_path: Path, refusals: list[tuple[str, str]]) -> None:
-    w = GpuWorld(tmp_path)
+    w = gpu_world(tmp_path)
     for uid in ("a", "b"):
-        w.service.run_workload(w.run(uid, GpuWish(count=2)))
+        w.service.run_workload(w.run(uid, gpus=GpuWish(count=2)))
     assert w.holders() == {"nvidia.com/gpu=0": ("a",), "nvidia.com/gpu=1": ("a",),
                            "nvidia.com/gpu=2": ("b",), "nvidia.com/gpu=3": ("b",)}
     # Each container sees exactly its actor's GPUs.
@@ -48,14 +45,14 @@ def test_exclusive_actors_get_distinct_gpus_and_a_full_pod_names_holders(
     assert nodes("a") == ["/dev/nvidia0", "/dev/nvidia1"]
     assert nodes("b") == ["/dev/nvidia2", "/dev/nvidia3"]
     with pytest.raises(AteomError) as err:
-        w.service.run_workload(w.run("c", GpuWish(count=1)))
+        w.service.run_workload(w.run("c", gpus=GpuWish(count=1)))
     assert err.value.code is ErrorCode.RESOURCE_EXHAUSTED
     assert "held by a" in str(err.value) and "held by b" in str(err.value)
     assert refusals == [("placement", "too_few_free")]
     assert w.service.actors.get("c") is None and not (tmp_path / "run" / "bundles" / "c").exists()
     # Terminate frees at once; the refused actor now fits.
     w.service.terminate_workload(TerminateRequest(actor=ActorRef("a")))
-    w.service.run_workload(w.run("c", GpuWish(count=1)))
+    w.service.run_workload(w.run("c", gpus=GpuWish(count=1)))
     assert w.holders()["nvidia.com/gpu=0"] == ("c",)
     status = Inspector.for_service(w.service).status()
     assert status.gpu_placement == "exclusive"
@@ -64,8 +61,8 @@ def test_exclusive_actors_get_distinct_gpus_and_a_full_pod_names_holders(
 
 
 def test_concurrent_runs_never_share_a_gpu_in_exclusive_mode(tmp_path: Path) -> None:
-    w = GpuWorld(tmp_path)
-    requests = [w.run(f"r{i}", GpuWish(count=1)) for i in range(6)]
+    w = gpu_world(tmp_path)
+    requests = [w.run(f"r{i}", gpus=GpuWish(count=1)) for i in range(6)]
     outcomes: dict[str, str] = {}
 
     def run(req: RunRequest) -> None:
@@ -87,11 +84,11 @@ def test_concurrent_runs_never_share_a_gpu_in_exclusive_mode(tmp_path: Path) -> 
 
 
 def test_a_container_may_not_name_a_gpu_its_actor_was_not_given(tmp_path: Path) -> None:
-    w = GpuWorld(tmp_path)
-    w.service.run_workload(w.run("a", GpuWish(count=1)))
+    w = gpu_world(tmp_path)
+    w.service.run_workload(w.run("a", gpus=GpuWish(count=1)))
     explicit = DeviceChoice(DevicePolicy.EXPLICIT, ("nvidia.com/gpu=0",))
     with pytest.raises(AteomError) as err:
-        w.service.run_workload(w.run("b", GpuWish(names=("nvidia.com/gpu=1",)),
+        w.service.run_workload(w.run("b", gpus=GpuWish(names=("nvidia.com/gpu=1",)),
                                      devices=explicit))
     assert err.value.code is ErrorCode.FAILED_PRECONDITION
     assert "nvidia.com/gpu=0" in str(err.value) and "not one of this actor's GPUs" in str(
@@ -100,7 +97,7 @@ def test_a_container_may_not_name_a_gpu_its_actor_was_not_given(tmp_path: Path) 
 
 
 def test_shared_mode_gives_every_actor_every_gpu(tmp_path: Path) -> None:
-    w = GpuWorld(tmp_path, placement="shared:2")
+    w = gpu_world(tmp_path, placement="shared:2")
     w.service.run_workload(w.run("a"))
     w.service.run_workload(w.run("b"))
     assert set(w.holders().values()) == {("a", "b")}
@@ -113,20 +110,7 @@ def test_many_concurrent_run_checkpoint_restore_cycles_never_share_a_gpu(tmp_pat
     """An 8-GPU Pod, exclusive: 12 one-GPU actors cycle Run -> Checkpoint -> Restore
     at once; a watcher checks at every step that no GPU has two holders; at the end
     every GPU is free (release is total)."""
-    w = GpuWorld(tmp_path)
-    sims = [SimGpu(index=i, minor=i, uuid=f"GPU-{i:08d}-1111-2222-3333-444444444444")
-            for i in range(8)]
-    fixture = write_sim_fixture(tmp_path / "fx8", sims, driver_version="580.95.05")
-    node = write_gpu_node(tmp_path / "node8", fixture)
-    libs = build_fake_driver_libs(tmp_path / "lib8")
-    write_sim_gpu_spec(tmp_path / "cdi8", libs, gpus=8)
-    w.config = daemon_config(
-        actors_root=w.config.actors_root, runsc=w.config.runsc, run_dir=w.config.run_dir,
-        spec_dirs=(str(tmp_path / "cdi8"),), gpu_glob=node.gpu_glob,
-        driver_root=w.config.node.driver_root, proc_root=node.proc_root,
-        toolkit_dir=w.config.node.toolkit_dir, kill_grace=0.1, max_actors=12,
-        gpu_placement="exclusive", env=dict(w.config.env))
-    w.service = AteomService(w.config, reaper=Reaper())
+    w = gpu_world(tmp_path, gpus=8, max_actors=12)
     stop = threading.Event()
     violations: list[str] = []
 
@@ -143,11 +127,11 @@ def test_many_concurrent_run_checkpoint_restore_cycles_never_share_a_gpu(tmp_pat
         done = outcomes.setdefault(uid, [])
         for _ in range(2):
             try:
-                w.service.run_workload(w.run(uid, GpuWish(count=1)))
+                w.service.run_workload(w.run(uid, gpus=GpuWish(count=1)))
                 w.service.checkpoint_workload(CheckpointRequest(actor=ActorRef(uid),
                                                                 dirs=w.dirs(uid)))
                 shutil.rmtree(w.actors_root / uid / "restore", ignore_errors=True)
-                os.rename(w.actors_root / uid / "ckpt", w.actors_root / uid / "restore")
+                os.rename(w.actors_root / uid / "checkpoint", w.actors_root / uid / "restore")
                 restore_actor(w, uid)
                 w.service.terminate_workload(TerminateRequest(actor=ActorRef(uid)))
                 done.append("ok")

@@ -15,19 +15,21 @@ from ateom.daemon.calls.requests import (
 )
 from ateom.errors import AteomError, ErrorCode
 from ateom.gpuinfo.record import RECORD_FILE
-from tests.daemon.gpus.world import (
-    GpuWorld,
+from tests.support.world import (
     checkpointed,
     gpu_nodes,
-    pytestmark,  # noqa: F401 (busybox needed here too)
+    gpu_world,
+    needs_busybox,
     restore_actor,
 )
 
+pytestmark = needs_busybox
+
 
 def test_restore_lands_on_free_gpus_matching_the_record(tmp_path: Path) -> None:
-    w = GpuWorld(tmp_path)  # release-20260706.0: remaps
+    w = gpu_world(tmp_path)  # release-20260706.0: remaps
     checkpointed(w, "g", 2)  # held gpu=0,1 when saved
-    w.service.run_workload(w.run("other", GpuWish(count=1)))  # takes gpu=0 meanwhile
+    w.service.run_workload(w.run("other", gpus=GpuWish(count=1)))  # takes gpu=0 meanwhile
     restore_actor(w, "g")
     assert w.holders()["nvidia.com/gpu=0"] == ("other",)
     held = sorted(n for n, h in w.holders().items() if h == ("g",))
@@ -36,9 +38,9 @@ def test_restore_lands_on_free_gpus_matching_the_record(tmp_path: Path) -> None:
 
 
 def test_restore_without_remap_needs_the_same_gpus(tmp_path: Path) -> None:
-    w = GpuWorld(tmp_path, version="release-20260608.0")
+    w = gpu_world(tmp_path, version="release-20260608.0")
     checkpointed(w, "g", 1)
-    w.service.run_workload(w.run("other", GpuWish(count=1)))  # takes gpu=0, g's
+    w.service.run_workload(w.run("other", gpus=GpuWish(count=1)))  # takes gpu=0, g's
     with pytest.raises(AteomError) as err:
         restore_actor(w, "g")
     assert err.value.code in (ErrorCode.FAILED_PRECONDITION, ErrorCode.RESOURCE_EXHAUSTED)
@@ -49,10 +51,10 @@ def test_a_restore_whose_gpus_are_held_waits_its_turn(tmp_path: Path,
                                                      refusals: list[tuple[str, str]]) -> None:
     """The worker fits the checkpoint, but other actors hold the GPUs it needs:
     RESOURCE_EXHAUSTED naming them (waiting helps), not a refusal of the record."""
-    w = GpuWorld(tmp_path)
+    w = gpu_world(tmp_path)
     checkpointed(w, "g", 2)
     for uid in ("x", "y", "z"):
-        w.service.run_workload(w.run(uid, GpuWish(count=1)))
+        w.service.run_workload(w.run(uid, gpus=GpuWish(count=1)))
     with pytest.raises(AteomError) as err:
         restore_actor(w, "g")
     assert err.value.code is ErrorCode.RESOURCE_EXHAUSTED
@@ -70,7 +72,7 @@ def test_a_restore_whose_gpus_are_held_waits_its_turn(tmp_path: Path,
 ])
 def test_restore_refuses_a_record_this_worker_does_not_match_before_any_runsc_call(
         tmp_path: Path, refusals: list[tuple[str, str]], field: str, change: object) -> None:
-    w = GpuWorld(tmp_path)
+    w = gpu_world(tmp_path)
     restore = checkpointed(w, "g", 1)
     path = restore / RECORD_FILE
     path.write_text(json.dumps(change(json.loads(path.read_text()))))  # type: ignore[operator]
@@ -85,7 +87,7 @@ def test_restore_refuses_a_record_this_worker_does_not_match_before_any_runsc_ca
 
 @pytest.mark.parametrize("content", [b"", b"{", b'{"format_version": "9.0"}'])
 def test_a_corrupt_or_newer_record_is_refused_clearly(tmp_path: Path, content: bytes) -> None:
-    w = GpuWorld(tmp_path)
+    w = gpu_world(tmp_path)
     restore = checkpointed(w, "g", 1)
     (restore / RECORD_FILE).write_bytes(content)
     with pytest.raises(AteomError) as err:

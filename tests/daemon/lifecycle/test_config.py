@@ -8,7 +8,7 @@ import pytest
 
 from ateom.daemon.lifecycle import config as daemon_config
 from ateom.errors import ErrorCode
-from tests.daemon.pure_support import code
+from tests.support.pure import code
 
 # -- config -------------------------------------------------------------------
 

@@ -30,8 +30,9 @@ from ateom.daemon.calls.requests import (
 )
 from ateom.daemon.sandbox import save
 from ateom.errors import AteomError, ErrorCode
+from tests.support.world import needs_busybox
 
-pytestmark = pytest.mark.skipif(not os.path.exists("/bin/busybox"), reason="needs busybox")
+pytestmark = needs_busybox
 
 
 def _refused(call, code: ErrorCode) -> str:  # type: ignore[no-untyped-def]

@@ -31,7 +31,7 @@ from ateom.daemon.lifecycle import release
 from ateom.daemon.sandbox import teardown
 from ateom.errors import AteomError, ErrorCode
 from ateom.process.exits import alive
-from tests.daemon.gpus.world import GpuWorld, restore_actor
+from tests.support.world import gpu_world, restore_actor
 
 
 def _checkpoint(w, uid: str) -> None:  # type: ignore[no-untyped-def]
@@ -101,7 +101,8 @@ def _run_in_thread(w, req) -> tuple[threading.Thread, list[object]]:  # type: ig
     def run() -> None:
         w.service.run_workload(req)
         a = w.service.actors.get("a")
-        seen.append((w.holders() if hasattr(w, "holders") else None,
+        gpu_worker = w.service.placement_snapshot() is not None
+        seen.append((w.holders() if gpu_worker else None,
                      a.phase if a is not None else None))
     thread = threading.Thread(target=run)
     thread.start()
@@ -129,15 +130,15 @@ def test_a_full_worker_admits_the_next_actor_once_the_checkpointed_sandbox_exite
 
 def test_the_gpus_go_to_the_next_actor_at_once_and_its_app_waits_for_the_sandbox_to_exit(
         tmp_path, sandbox_of_a) -> None:  # type: ignore[no-untyped-def]
-    w = GpuWorld(tmp_path)  # exclusive, 4 GPUs
-    w.service.run_workload(w.run("a", GpuWish(count=4)))
+    w = gpu_world(tmp_path)  # exclusive, 4 GPUs
+    w.service.run_workload(w.run("a", gpus=GpuWish(count=4)))
     gate = tmp_path / "let-a-delete-finish"
     w.fake.hold("delete a_pause", gate)
     _checkpoint(w, "a")
     a = w.service.actors.get("a")
     assert a is not None and a.phase is Phase.RELEASING
     assert set(w.holders().values()) == {()}  # yielded with the answer
-    thread, seen = _run_in_thread(w, w.run("b", GpuWish(count=2)))
+    thread, seen = _run_in_thread(w, w.run("b", gpus=GpuWish(count=2)))
     _wait_for(w, "start b_pause")  # b's sandbox root boots while a's sandbox exits
     assert sorted(w.holders().values()) == [(), (), ("b",), ("b",)]
     time.sleep(0.3)
@@ -158,13 +159,13 @@ def test_the_gpus_go_to_the_next_actor_at_once_and_its_app_waits_for_the_sandbox
 
 def test_a_restore_on_yielded_gpus_waits_for_the_sandbox_before_its_root(
         tmp_path, sandbox_of_a) -> None:  # type: ignore[no-untyped-def]
-    w = GpuWorld(tmp_path)
-    w.service.run_workload(w.run("c", GpuWish(count=1)))
+    w = gpu_world(tmp_path)
+    w.service.run_workload(w.run("c", gpus=GpuWish(count=1)))
     _checkpoint(w, "c")  # its record: GPU 0
     assert w.service.actors.settle(20)
     dirs = w.dirs("c")
     os.rename(dirs.checkpoint_dir, dirs.restore_dir)
-    w.service.run_workload(w.run("a", GpuWish(count=4)))
+    w.service.run_workload(w.run("a", gpus=GpuWish(count=4)))
     _checkpoint(w, "a")
     restore = threading.Thread(target=restore_actor, args=(w, "c"))
     restore.start()
@@ -180,10 +181,10 @@ def test_a_restore_on_yielded_gpus_waits_for_the_sandbox_before_its_root(
 
 def test_an_actor_that_took_nothing_of_a_releasing_one_does_not_wait_for_it(
         tmp_path, sandbox_of_a) -> None:  # type: ignore[no-untyped-def]
-    w = GpuWorld(tmp_path)  # exclusive, 4 GPUs, 8 slots
-    w.service.run_workload(w.run("a", GpuWish(names=("nvidia.com/gpu=0", "nvidia.com/gpu=1"))))
+    w = gpu_world(tmp_path)  # exclusive, 4 GPUs, 8 slots
+    w.service.run_workload(w.run("a", gpus=GpuWish(names=("nvidia.com/gpu=0", "nvidia.com/gpu=1"))))
     _checkpoint(w, "a")  # its sandbox (the stand-in) keeps exiting until the test ends
-    w.service.run_workload(w.run("b", GpuWish(names=("nvidia.com/gpu=2", "nvidia.com/gpu=3"))))
+    w.service.run_workload(w.run("b", gpus=GpuWish(names=("nvidia.com/gpu=2", "nvidia.com/gpu=3"))))
     b = w.service.actors.get("b")
     assert b is not None and b.phase is Phase.RUNNING and sandbox_of_a.poll() is None
     sandbox_of_a.kill()
@@ -192,12 +193,12 @@ def test_an_actor_that_took_nothing_of_a_releasing_one_does_not_wait_for_it(
 
 def test_a_run_whose_predecessor_never_exits_is_unavailable_and_keeps_nothing(
         tmp_path, sandbox_of_a) -> None:  # type: ignore[no-untyped-def]
-    w = GpuWorld(tmp_path)  # exclusive, 4 GPUs
+    w = gpu_world(tmp_path)  # exclusive, 4 GPUs
     w.service.hosting.config = dataclasses.replace(w.service.hosting.config, lock_wait=0.3)
-    w.service.run_workload(w.run("a", GpuWish(count=4)))
+    w.service.run_workload(w.run("a", gpus=GpuWish(count=4)))
     _checkpoint(w, "a")  # its sandbox (the stand-in) does not exit
     with pytest.raises(AteomError) as err:
-        w.service.run_workload(w.run("b", GpuWish(count=2)))
+        w.service.run_workload(w.run("b", gpus=GpuWish(count=2)))
     assert err.value.code is ErrorCode.UNAVAILABLE
     assert "actor b: the slot or GPUs of actor a, whose sandbox is still exiting" in str(err.value)
     assert w.service.actors.get("b") is None and set(w.holders().values()) == {()}

@@ -31,9 +31,9 @@ from ateom.daemon.lifecycle.service import AteomService
 from ateom.daemon.rpc.inspection import Inspector
 from ateom.errors import AteomError, ErrorCode, InjectionError
 from ateom.process.reaper import Reaper
-from tests.daemon.service_world import NO_DEVICES, World  # noqa: F401
+from tests.support.world import NO_DEVICES, needs_busybox
 
-pytestmark = pytest.mark.skipif(not os.path.exists("/bin/busybox"), reason="needs busybox")
+pytestmark = needs_busybox
 
 
 def test_run_argv_without_gpu(make_world) -> None:  # type: ignore[no-untyped-def]

@@ -25,8 +25,8 @@ from ateom.daemon.rpc import handler, wire
 from ateom.daemon.rpc.server import RunningServer, start_server
 from ateom.errors import AteomError, ErrorCode
 from ateom.process.reaper import Reaper
-from tests.daemon.fake_runsc import FakeRunsc
 from tests.support.configs import daemon_config
+from tests.support.fake_runsc import FakeRunsc
 
 MIB = 1 << 20
 

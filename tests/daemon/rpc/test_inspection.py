@@ -11,18 +11,20 @@ from ateom.daemon.calls.requests import (
 from ateom.daemon.lifecycle.service import AteomService
 from ateom.daemon.rpc.inspection import Inspector
 from ateom.process.reaper import Reaper
-from tests.daemon.gpus.world import (
-    GpuWorld,
-    pytestmark,  # noqa: F401 (busybox needed here too)
-)
 from tests.support import build_fake_driver_libs, write_sim_gpu_spec
+from tests.support.world import (
+    gpu_world,
+    needs_busybox,
+)
+
+pytestmark = needs_busybox
 
 
 def test_list_devices_shows_what_the_daemon_resolves_a_generated_spec_included(
         tmp_path: Path) -> None:
     """No spec describes the Pod's GPUs: the first GPU Run has nvidia-ctk write one;
     ListDevices, GetStatus and PlanInjection then see exactly that spec's devices."""
-    w = GpuWorld(tmp_path)
+    w = gpu_world(tmp_path)
     prepared = tmp_path / "ctk-spec"
     write_sim_gpu_spec(prepared, build_fake_driver_libs(tmp_path / "ctk-libs"), gpus=4)
     toolkit = tmp_path / "toolkit"
@@ -39,7 +41,7 @@ def test_list_devices_shows_what_the_daemon_resolves_a_generated_spec_included(
     w.service = AteomService(config, reaper=Reaper())
     inspector = Inspector.for_service(w.service)
     assert [d.qualified_name for d in inspector.devices().devices()] == []
-    w.service.run_workload(w.run("g", GpuWish(count=1)))
+    w.service.run_workload(w.run("g", gpus=GpuWish(count=1)))
     generated = Path(config.run_dir) / "cdi" / "nvidia.json"
     listed = inspector.devices()
     assert str(generated.parent) in listed.spec_dirs

@@ -19,9 +19,9 @@ from ateom.errors import AteomError, ErrorCode
 from ateom.gpuinfo.nvidia_ctk import SpecGenerator
 from ateom.process.reaper import Reaper
 from ateom.settings import NodeSettings
-from tests.daemon.fake_runsc import FakeRunsc
 from tests.daemon.rpc.test_tls import make_pki
 from tests.support.configs import daemon_config
+from tests.support.fake_runsc import FakeRunsc
 
 
 @pytest.fixture

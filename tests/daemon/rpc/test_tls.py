@@ -26,8 +26,8 @@ from ateom.daemon.lifecycle.service import AteomService
 from ateom.daemon.rpc.server import RunningServer, start_server
 from ateom.errors import AteomError, ErrorCode
 from ateom.process.reaper import Reaper
-from tests.daemon.fake_runsc import FakeRunsc
 from tests.support import configs
+from tests.support.fake_runsc import FakeRunsc
 
 OPENSSL = shutil.which("openssl")
 pytestmark = pytest.mark.skipif(OPENSSL is None, reason="makes its certificates with openssl")

@@ -1,4 +1,6 @@
-"""Shared e2e parts: a simulated-GPU world, a daemon subprocess, a gRPC client."""
+"""The e2e suites' world: `DaemonWorld` (a `tests.support.world.SimWorker` with an
+emulated runsc per gVisor release), `Daemon` (``ateom serve`` on it as a subprocess, with
+its gRPC clients) and `run_request`."""
 
 from __future__ import annotations
 
@@ -23,14 +25,12 @@ from tests.support import (
     DEFAULT_DRIVER_VERSION,
     EmulatedRunsc,
     build_busybox_bundle,
-    build_fake_driver_libs,
     install_runsc,
     sim_gpus,
-    write_sim_gpu_spec,
 )
 from tests.support.cuda_checkpoint_stub import install_cuda_checkpoint_stub
-from tests.support.gpu_node import SimGpu, write_gpu_node, write_sim_fixture
 from tests.support.runsc_release import load_release
+from tests.support.world import actor_dirs, sim_worker
 
 RUNSC = shutil.which("runsc")
 GLOBAL_FLAGS = ("--network=none", "--ignore-cgroups")
@@ -88,7 +88,7 @@ def dev_null_ok() -> bool:
 
 
 @dataclass
-class World:
+class DaemonWorld:
     """Everything a daemon under test needs, in one temp dir."""
 
     base: Path
@@ -101,20 +101,15 @@ class World:
 
     def __post_init__(self) -> None:
         self.actors_root = self.base / "actors"
-        self.spec_dir = self.base / "cdi"
         self.run_dir = self.base / "run"
         self.socket = self.run_dir / "ateom.sock"
         self.actors_root.mkdir(parents=True)
-        libs = build_fake_driver_libs(self.base / "driver" / "lib64")
-        write_sim_gpu_spec(self.spec_dir, libs, gpus=GPUS, container_lib_dir=LIB_DIR)
-        # The simulated node: /proc/driver/nvidia with the fake driver's version,
-        # the Pod's /dev/nvidiaN stand-ins, a stand-in nvidia-smi; and the
-        # worker's cuda-checkpoint (a stand-in that records its runs).
-        fixture = write_sim_fixture(self.base / "gpu-fixture", [
-            SimGpu(index=i, minor=i, uuid=f"GPU-{i:08d}-aaaa-bbbb-cccc-dddddddddddd")
-            for i in range(GPUS)], driver_version=DEFAULT_DRIVER_VERSION)
-        self.gpu_node = write_gpu_node(self.base / "gpu-node", fixture)
-        self.gpu_glob = self.gpu_node.gpu_glob
+        worker = sim_worker(self.base, gpus=GPUS, driver=DEFAULT_DRIVER_VERSION,
+                            container_lib_dir=LIB_DIR)
+        self.spec_dir = worker.spec_dir
+        self.gpu_node = worker.node
+        self.gpu_glob = worker.node.gpu_glob
+        # The worker's cuda-checkpoint: a stand-in that records its runs.
         self.cuda_checkpoint = install_cuda_checkpoint_stub(
             self.base / "cuda-checkpoint", record_dir=STUB_RECORD_DIR).host_dir / "cuda-checkpoint"
 
@@ -133,13 +128,10 @@ class World:
         return self.runsc().path
 
     def actor_dirs(self, uid: str) -> pb.ActorDirs:
-        root = self.actors_root / uid
-        return pb.ActorDirs(
-            root_dir=str(root),
-            oci_bundle_dir=str(root / "bundles"),
-            checkpoint_dir=str(root / "checkpoint"),
-            restore_dir=str(root / "restore"),
-        )
+        """`uid`'s dirs (`tests.support.world.actor_dirs`), as the wire carries them."""
+        d = actor_dirs(self.actors_root, uid)
+        return pb.ActorDirs(root_dir=d.root_dir, oci_bundle_dir=d.oci_bundle_dir,
+                            checkpoint_dir=d.checkpoint_dir, restore_dir=d.restore_dir)
 
     def bundles(self, uid: str, apps: dict[str, list[str]], pause_args: list[str] | None = None,
                 *, stub_record: bool = False) -> Path:
@@ -196,7 +188,7 @@ class Daemon:
         """The emulated runsc this daemon runs (its calls are the test's evidence)."""
         return self.world.runsc(self.release)
 
-    def __init__(self, world: World, runsc: str, *, wrap: tuple[str, ...] = (),
+    def __init__(self, world: DaemonWorld, runsc: str, *, wrap: tuple[str, ...] = (),
                  run_dir: Path | None = None, release: str = "", socket: Path | None = None,
                  expect: str = "SERVING", **extra: str) -> None:
         self.world = world
@@ -292,7 +284,7 @@ def wait_for(path: Path, text: str, timeout: float = 30.0) -> str:
     raise AssertionError(f"{text!r} never appeared in {path}")
 
 
-def run_request(world: World, uid: str, containers: list[pb.Container], **kw: Any
+def run_request(world: DaemonWorld, uid: str, containers: list[pb.Container], **kw: Any
                 ) -> pb.RunWorkloadRequest:
     return pb.RunWorkloadRequest(
         atespace="default", actor_name=f"actor-{uid}", actor_uid=uid,

@@ -149,6 +149,11 @@ class EditStep:
     spec_path: str
     edits: ContainerEdits
 
+    @property
+    def vendor(self) -> str:
+        """The vendor of the spec the edits came from (``nvidia.com``)."""
+        return self.origin.split("/", 1)[0]
+
 
 @dataclass(frozen=True, slots=True)
 class Resolution:

@@ -25,7 +25,9 @@ def register(subparsers: Any) -> None:
             "Merge the CDI edits of the named devices into BUNDLE/config.json and stage "
             "the driver libraries' SONAME symlinks in its rootfs. Defaults are the "
             "daemon's gVisor/NVIDIA profile (ATEOM_NVIDIA_TOOLKIT_DIR, "
-            "ATEOM_NVIDIA_DRIVER_ROOT); each option given replaces that part of it."
+            "ATEOM_NVIDIA_DRIVER_ROOT), whose hooks and library dir apply to nvidia.com "
+            "devices only; each option given replaces that part of it, and --allow-hook, "
+            "--hook-binary or --library-dir make a profile of your own, for every vendor."
         ),
     )
     parser.add_argument("--bundle", required=True, metavar="DIR", help="the OCI bundle")
@@ -42,7 +44,7 @@ def register(subparsers: Any) -> None:
                              "(default: nvidia-cdi-hook[.real] in the toolkit dir)")
     parser.add_argument("--library-dir", action="append", metavar="DIR",
                         help="container dir to prepend to LD_LIBRARY_PATH "
-                             "(default: <driver root>/lib64)")
+                             "(default: <driver root>/lib64, for nvidia.com devices)")
     parser.add_argument("--drop-env", action="append", metavar="KEY",
                         help="env key to remove (default: NVIDIA_VISIBLE_DEVICES)")
     parser.add_argument("--dry-run", action="store_true",
@@ -60,6 +62,8 @@ def run(args: argparse.Namespace) -> int:
         structlog.configure(logger_factory=lambda *_: structlog.PrintLogger(sys.stderr))
 
     options = gvisor_nvidia_options()
+    if (args.allow_hook, args.hook_binary, args.library_dir) != (None, None, None):
+        options = dataclasses.replace(options, vendor="")  # the user's profile, every vendor's
     if args.allow_hook is not None:
         options = dataclasses.replace(options, allowed_hooks=frozenset(args.allow_hook))
     if args.hook_binary is not None:

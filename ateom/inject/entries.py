@@ -278,6 +278,9 @@ def rewrite_hook(
         return None, DroppedHook(step.origin, step.spec_path, hook.hook_name, hook.path,
                                  hook.args, reason)
 
+    if not options.serves(step.vendor):
+        return dropped(f"a {cut(step.vendor)} device's hook: the trusted hook binary is "
+                       f"for {options.vendor} devices")
     if hook.hook_name != "createContainer":
         return dropped(f"hook kind {cut(hook.hook_name)} is not createContainer")
     if len(hook.args) < 2:

@@ -173,12 +173,15 @@ def apply_env(editor: ConfigEditor, env: Sequence[str]) -> None:
         editor.put("process", "env", value=merge_env(editor.get("process", "env") or (), env))
 
 
-def finish_env(editor: ConfigEditor, options: InjectOptions) -> None:
+def finish_env(editor: ConfigEditor, options: InjectOptions, resolution: Resolution) -> None:
     """``process.env`` once all edits are in: `options.drop_env` keys go and
-    `options.library_dirs` lead LD_LIBRARY_PATH."""
+    `options.library_dirs` lead LD_LIBRARY_PATH when a device of the options'
+    vendor was injected (a vendor's library dir means nothing to another's)."""
     drop = set(options.drop_env)
     env = [e for e in editor.get("process", "env") or () if env_key(e) not in drop]
-    editor.put("process", "env", value=prepend_library_dirs(env, options.library_dirs))
+    served = any(options.serves(step.vendor) for step in resolution.steps)
+    editor.put("process", "env",
+               value=prepend_library_dirs(env, options.library_dirs if served else ()))
 
 
 def apply_hooks(editor: ConfigEditor, step: EditStep, options: InjectOptions,
@@ -263,7 +266,7 @@ def merge_edits(
         apply_net_devices(editor, edits.net_devices)
     place_mounts(editor, mounts)
     if resolution.devices:
-        finish_env(editor, options)
+        finish_env(editor, options, resolution)
         record_devices(editor, resolution.devices)
     return MergeResult(
         config=editor.result(),

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from ateom.gpuinfo.nvproxy import PROXIED_VENDOR
 from ateom.settings import NodeSettings
 
 # Subcommands of nvidia-cdi-hook that are safe and useful under gVisor.
@@ -37,12 +38,21 @@ class InjectOptions:
         ``path`` and ``args[0]``); None drops every hook.
     library_dirs: container directories prepended to ``LD_LIBRARY_PATH``.
     drop_env: env keys removed from the container's env after the edits.
+    vendor: the vendor (``nvidia.com``) whose devices the hooks and library
+        dirs are for: another vendor's hooks are dropped (the trusted binary
+        is not theirs), and `library_dirs` lead ``LD_LIBRARY_PATH`` only when
+        one of this vendor's devices is injected. Empty: every vendor's.
     """
 
     allowed_hooks: frozenset[str] = frozenset()
     hook_binary: str | None = None
     library_dirs: tuple[str, ...] = ()
     drop_env: tuple[str, ...] = ()
+    vendor: str = ""
+
+    def serves(self, vendor: str) -> bool:
+        """Whether the hooks and library dirs are for `vendor`'s devices."""
+        return not self.vendor or vendor == self.vendor
 
 
 def nvidia_hook_binary(toolkit_dir: str) -> str:
@@ -70,4 +80,5 @@ def gvisor_nvidia_options(node: NodeSettings | None = None) -> InjectOptions:
         hook_binary=nvidia_hook_binary(node.toolkit_dir),
         library_dirs=(node.driver_lib_dir,),
         drop_env=NVIDIA_DROP_ENV,
+        vendor=PROXIED_VENDOR,
     )

@@ -117,3 +117,26 @@ def test_profile_comes_from_the_environment(setup: tuple[Path, Path],
         (real, real)}
     assert [e for e in config["process"]["env"] if e.startswith("LD_LIBRARY_PATH=")] == [
         "LD_LIBRARY_PATH=/drv/lib64"]
+
+
+def test_another_vendors_device_gets_none_of_the_nvidia_profile(
+        setup: tuple[Path, Path]) -> None:
+    bundle, spec_dir = setup
+    (spec_dir / "example.json").write_text(json.dumps({
+        "cdiVersion": "0.6.0", "kind": "example.com/gpu",
+        "devices": [{"name": "0", "containerEdits": {
+            "env": ["EXAMPLE_GPU=0"],
+            "hooks": [{"hookName": "createContainer", "path": "/usr/bin/example-hook",
+                       "args": ["example-hook", "create-symlinks"]}]}}]}))
+    assert main(["inject", "--bundle", str(bundle), "--spec-dir", str(spec_dir),
+                 "--device", "example.com/gpu=0"]) == 0
+    config = json.loads((bundle / "config.json").read_text())
+    env = config["process"]["env"]
+    assert "EXAMPLE_GPU=0" in env
+    assert not any(e.startswith("LD_LIBRARY_PATH=") for e in env)
+    assert "hooks" not in config  # not run from NVIDIA's hook binary
+    # With a profile of one's own (--library-dir), it applies to every vendor.
+    assert main(["inject", "--bundle", str(bundle), "--spec-dir", str(spec_dir),
+                 "--device", "example.com/gpu=0", "--library-dir", "/opt/example/lib"]) == 0
+    env = json.loads((bundle / "config.json").read_text())["process"]["env"]
+    assert "LD_LIBRARY_PATH=/opt/example/lib" in env

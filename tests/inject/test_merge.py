@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from typing import Any
 
@@ -288,6 +289,25 @@ def test_hooks_allowlisted_rewritten_deduplicated_and_dropped_with_reasons() -> 
                        "hook kind prestart is not createContainer",
                        "hook has no subcommand (args[1])"]
     assert all(d.spec_path == "/etc/cdi/v.json" for d in result.dropped_hooks)
+
+
+def test_a_vendors_profile_applies_to_its_devices_only() -> None:
+    """Another vendor's device under the NVIDIA profile: no NVIDIA library dir on its
+    LD_LIBRARY_PATH, its hook not run from NVIDIA's binary; an NVIDIA device gets both."""
+    nvidia = dataclasses.replace(OPTS, vendor="nvidia.com")
+    hook = Hook("createContainer", "/usr/bin/their-hook", ("their-hook", "create-symlinks"))
+    edits = ContainerEdits(env=("A=1",), hooks=(hook,))
+    other = merge_edits(base_config(), resolve(edits, devices=("example.com/gpu=0",)),
+                        HOST, nvidia)
+    assert "LD_LIBRARY_PATH=/usr/local/cuda/lib64" in other.config["process"]["env"]
+    assert "hooks" not in other.config
+    [dropped] = other.dropped_hooks
+    assert "example.com device's hook" in dropped.reason and "nvidia.com" in dropped.reason
+    own = merge_edits(base_config(), resolve(edits, devices=("nvidia.com/gpu=0",)), HOST, nvidia)
+    assert ("LD_LIBRARY_PATH=/usr/local/nvidia/lib64:/usr/local/cuda/lib64"
+            in own.config["process"]["env"])
+    assert [h["path"] for h in own.config["hooks"]["createContainer"]] == [OPTS.hook_binary]
+    assert not own.dropped_hooks
 
 
 def test_no_hook_binary_drops_every_hook() -> None:

@@ -2,7 +2,9 @@
 # Install everything ateom, its demo and its tests need, on a fresh Debian/Ubuntu machine
 # (as root): apt packages, a project virtualenv (.venv) with ateom in editable mode, then
 # a runsc of 0.0~20240729 or newer (scripts/install_runsc.sh: Debian 13's package, or on
-# Debian 12 the bookworm-backports one, fetched without touching the system's apt sources).
+# Debian 12 the bookworm-backports one, fetched without touching the system's apt sources)
+# and Prometheus' promtool for the metrics test (scripts/install_promtool.sh: unpacked
+# from the downloaded package, no Prometheus server installed).
 #
 # A virtualenv, not the system python's site-packages: stock Debian 12/13 and Ubuntu 24.04
 # mark their python3 "externally managed" (PEP 668) and refuse `pip install`. Every
@@ -48,3 +50,4 @@ if ! "$VENV/bin/python" -c 'import sys; sys.exit(sys.prefix == sys.base_prefix)'
 fi
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[test]'
 bash scripts/install_runsc.sh
+bash scripts/install_promtool.sh

@@ -321,7 +321,7 @@ def test_health_and_status_answer_while_calls_wait_on_a_slow_create(world: Daemo
         assert not [e for e in events if e.get("event") in (
             "actor_terminated", "actor_checkpointed") or e.get("phase") == "teardown"]
         server_codes = [e["code"] for e in events if e.get("event") == "rpc"
-                        and e.get("rpc") in ("TerminateWorkload", "CheckpointWorkload")]
+                        and e.get("rpc") in ("Ateom.TerminateWorkload", "Ateom.CheckpointWorkload")]
         assert len(server_codes) == 10
         assert set(server_codes) <= {"DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED"}, server_codes
         d.stub.TerminateWorkload(pb.TerminateWorkloadRequest(actor_uid=uid), timeout=60)

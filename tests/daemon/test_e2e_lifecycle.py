@@ -262,9 +262,9 @@ def test_checkpoint_restore_keeps_memory(world: DaemonWorld, release_daemon: Dae
     # Every lifecycle call's time is told by its phases: the log ties each call's
     # phases to its rpc line (call number), the op phase outermost, named children.
     times = [t for t in attribution.calls(daemon.log_events()) if t.actor == uid]
-    assert [t.rpc for t in times] == ["RunWorkload", "CheckpointWorkload", "RestoreWorkload",
-                                      "TerminateWorkload"]
-    children = {t.rpc: set(t.phases_ms) for t in times}
+    assert [t.rpc for t in times] == ["Ateom.RunWorkload", "Ateom.CheckpointWorkload",
+                                      "Ateom.RestoreWorkload", "Ateom.TerminateWorkload"]
+    children = {t.rpc.removeprefix("Ateom."): set(t.phases_ms) for t in times}
     assert {"validate", "runsc.create", "runsc.start"} <= children["RunWorkload"]
     # The teardown comes after the answer, on the release's own thread.
     assert {"validate", "lock.wait", "runsc.checkpoint"} <= children["CheckpointWorkload"]
@@ -483,7 +483,8 @@ def test_metrics_see_the_rpc_and_phase_seams(daemon: Daemon) -> None:
     [event] = [e for e in daemon.log_events() if e.get("event") == "metrics"]
     with urllib.request.urlopen(f"http://127.0.0.1:{event['port']}/metrics", timeout=10) as r:
         text = r.read().decode()
-    assert 'ateom_rpc_requests_total{code="OK",method="TerminateWorkload"}' in text
+    assert ('ateom_rpc_requests_total{code="OK",method="TerminateWorkload",service="Ateom"}'
+            in text)
     assert 'phase="validate"' in text
 
 

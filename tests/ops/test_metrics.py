@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import socket
+import subprocess
 import urllib.request
 from pathlib import Path
 
@@ -40,37 +41,49 @@ def value(text: str, name: str, **labels: str) -> float:
     return samples(text).get((name, frozenset(labels.items())), 0.0)
 
 
-def test_rpc_counts_and_latency_by_method_and_code() -> None:
+def test_rpc_counts_and_latency_by_service_method_and_code() -> None:
     m = Metrics()
-    m.observe_rpc("/ateom.Ateom/RunWorkload", "OK", 0.2)
-    m.observe_rpc("/ateom.Ateom/RunWorkload", "OK", 0.4)
-    m.observe_rpc("/ateom.Ateom/RunWorkload", "RESOURCE_EXHAUSTED", 0.001)
+    m.observe_rpc("Ateom.RunWorkload", "OK", 0.2)
+    m.observe_rpc("Ateom.RunWorkload", "OK", 0.4)
+    m.observe_rpc("Ateom.RunWorkload", "RESOURCE_EXHAUSTED", 0.001)
+    m.observe_rpc("Inspect.GetStatus", "OK", 0.001)
     text = m.scrape().decode()
-    run = "/ateom.Ateom/RunWorkload"
-    assert value(text, "ateom_rpc_requests_total", method=run, code="OK") == 2
-    assert value(text, "ateom_rpc_requests_total", method=run, code="RESOURCE_EXHAUSTED") == 1
-    assert value(text, "ateom_rpc_duration_seconds_count", method=run, code="OK") == 2
-    assert value(text, "ateom_rpc_duration_seconds_sum", method=run, code="OK") == pytest.approx(
-        0.6
-    )
-    assert value(text, "ateom_rpc_duration_seconds_bucket", method=run, code="OK", le="0.25") == 1
+    run = {"service": "Ateom", "method": "RunWorkload"}
+    assert value(text, "ateom_rpc_requests_total", **run, code="OK") == 2
+    assert value(text, "ateom_rpc_requests_total", **run, code="RESOURCE_EXHAUSTED") == 1
+    assert value(text, "ateom_rpc_requests_total", service="Inspect", method="GetStatus",
+                 code="OK") == 1
+    assert value(text, "ateom_rpc_duration_seconds_count", **run, code="OK") == 2
+    assert value(text, "ateom_rpc_duration_seconds_sum", **run, code="OK") == pytest.approx(0.6)
+    assert value(text, "ateom_rpc_duration_seconds_bucket", **run, code="OK", le="0.25") == 1
+
+
+def test_no_created_series_and_the_process_own_figures() -> None:
+    m = Metrics()
+    m.observe_rpc("Ateom.RunWorkload", "OK", 0.2)
+    m.observe_phase("validate", 0.001)
+    names = {name for name, _ in samples(m.scrape().decode())}
+    assert not [n for n in names if n.endswith("_created")]
+    assert {"process_cpu_seconds_total", "process_resident_memory_bytes",
+            "process_open_fds", "python_info"} <= names
 
 
 def test_rpc_context_takes_the_code_from_the_error() -> None:
     m = Metrics()
-    with m.rpc("Run"):
+    with m.rpc("S.Run"):
         pass
-    with pytest.raises(ResolutionError), m.rpc("Run"):
+    with pytest.raises(ResolutionError), m.rpc("S.Run"):
         raise ResolutionError({"nvidia.com/gpu=9": "no such device"})
-    with pytest.raises(RuntimeError), m.rpc("Run"):
+    with pytest.raises(RuntimeError), m.rpc("S.Run"):
         raise RuntimeError("bug")
-    with m.rpc("Terminate") as call:
+    with m.rpc("S.Terminate") as call:
         call.code = ErrorCode.NOT_FOUND.value
     text = m.scrape().decode()
-    assert value(text, "ateom_rpc_requests_total", method="Run", code="OK") == 1
-    assert value(text, "ateom_rpc_requests_total", method="Run", code="FAILED_PRECONDITION") == 1
-    assert value(text, "ateom_rpc_requests_total", method="Run", code="INTERNAL") == 1
-    assert value(text, "ateom_rpc_requests_total", method="Terminate", code="NOT_FOUND") == 1
+    name = "ateom_rpc_requests_total"
+    assert value(text, name, service="S", method="Run", code="OK") == 1
+    assert value(text, name, service="S", method="Run", code="FAILED_PRECONDITION") == 1
+    assert value(text, name, service="S", method="Run", code="INTERNAL") == 1
+    assert value(text, name, service="S", method="Terminate", code="NOT_FOUND") == 1
 
 
 def test_phase_durations_with_outcome() -> None:
@@ -135,7 +148,7 @@ def test_attach_to_daemon_observes_its_rpc_and_phase_seams() -> None:
             return None  # the client set no deadline
 
     class Servicer:
-        @rpc("RunWorkload")
+        @rpc("Ateom.RunWorkload")
         def RunWorkload(self, request: object, context: object) -> str:
             with phase("runsc.create", container="app"):
                 pass
@@ -143,7 +156,7 @@ def test_attach_to_daemon_observes_its_rpc_and_phase_seams() -> None:
                 pass
             return "ok"
 
-        @rpc("TerminateWorkload")
+        @rpc("Ateom.TerminateWorkload")
         def TerminateWorkload(self, request: object, context: object) -> None:
             raise AteomError("actor x: not hosted", code=ErrorCode.NOT_FOUND)
 
@@ -157,8 +170,9 @@ def test_attach_to_daemon_observes_its_rpc_and_phase_seams() -> None:
         detach()
     assert m.observe_rpc not in RPC_OBSERVERS and m.observe_phase not in PHASE_OBSERVERS
     text = m.scrape().decode()
-    assert value(text, "ateom_rpc_requests_total", method="RunWorkload", code="OK") == 1
-    assert value(text, "ateom_rpc_requests_total", method="TerminateWorkload",
+    assert value(text, "ateom_rpc_requests_total", service="Ateom", method="RunWorkload",
+                 code="OK") == 1
+    assert value(text, "ateom_rpc_requests_total", service="Ateom", method="TerminateWorkload",
                  code="NOT_FOUND") == 1
     for p in ("runsc.create", "runsc.start"):
         assert value(text, "ateom_phase_duration_seconds_count", phase=p, outcome="ok") == 1
@@ -166,8 +180,9 @@ def test_attach_to_daemon_observes_its_rpc_and_phase_seams() -> None:
 
 def test_two_metrics_objects_do_not_share_counters() -> None:
     a, b = Metrics(), Metrics()
-    a.observe_rpc("Run", "OK", 0.1)
-    assert value(b.scrape().decode(), "ateom_rpc_requests_total", method="Run", code="OK") == 0
+    a.observe_rpc("S.Run", "OK", 0.1)
+    assert value(b.scrape().decode(), "ateom_rpc_requests_total", service="S", method="Run",
+                 code="OK") == 0
 
 
 def test_build_info() -> None:
@@ -192,7 +207,7 @@ def test_server_serves_a_parsable_scrape_that_moves() -> None:
         before = scrape()
         assert value(before, "ateom_hosted_actors") == 0
         # What the daemon's seams report while one actor runs.
-        with m.rpc("/ateom.Ateom/RunWorkload"):
+        with m.rpc("Ateom.RunWorkload"):
             with m.phase("inject"):
                 pass
             with m.phase("runsc.create"):
@@ -201,8 +216,8 @@ def test_server_serves_a_parsable_scrape_that_moves() -> None:
                 pass
             m.track_hosted_actors(lambda: 1)
         after = scrape()
-        run = "/ateom.Ateom/RunWorkload"
-        assert value(after, "ateom_rpc_requests_total", method=run, code="OK") == 1
+        assert value(after, "ateom_rpc_requests_total", service="Ateom", method="RunWorkload",
+                     code="OK") == 1
         assert value(after, "ateom_hosted_actors") == 1
         for phase in ("inject", "runsc.create", "runsc.start"):
             assert (
@@ -249,6 +264,7 @@ class StubService:
     def __init__(self, placer: GpuPlacer | None = None) -> None:
         self.actors = ["a", "b", "c"]
         self.placer = placer
+        self.placement_policy = "exclusive"
 
     def placement_snapshot(self) -> PlacementSnapshot | None:
         return self.placer.snapshot() if self.placer is not None else None
@@ -331,7 +347,7 @@ def test_gpu_holders_follow_the_placer_at_scrape_time() -> None:
     placer = GpuPlacer([PodGpu(f"nvidia.com/gpu={i}", i) for i in (0, 1, 2)],
                        parse_placement("shared:2"))
     m = Metrics()
-    m.track_placement(placer.snapshot)
+    m.track_placement(placer.snapshot, "shared:2")
     text = m.scrape().decode()
     assert [value(text, "ateom_gpu_holders", gpu=str(i)) for i in (0, 1, 2)] == [0, 0, 0]
     assert ("ateom_gpu_holders", frozenset({("gpu", "2")})) in samples(text)
@@ -345,11 +361,12 @@ def test_gpu_holders_follow_the_placer_at_scrape_time() -> None:
     assert [value(text, "ateom_gpu_holders", gpu=str(i)) for i in (0, 1, 2)] == [1, 0, 0]
 
 
-def test_no_gpu_series_before_the_pods_gpus_are_known() -> None:
+def test_the_policy_but_no_holders_before_the_pods_gpus_are_known() -> None:
     m = Metrics()
-    m.track_placement(lambda: None)
-    names = {name for name, _ in samples(m.scrape().decode())}
-    assert "ateom_gpu_holders" not in names and "ateom_gpu_placement_info" not in names
+    m.track_placement(lambda: None, "shared:3")
+    text = m.scrape().decode()
+    assert "ateom_gpu_holders" not in {name for name, _ in samples(text)}
+    assert value(text, "ateom_gpu_placement_info", policy="shared:3") == 1
 
 
 def test_a_failing_placement_source_leaves_the_rest_of_the_scrape() -> None:
@@ -358,7 +375,7 @@ def test_a_failing_placement_source_leaves_the_rest_of_the_scrape() -> None:
 
     m = Metrics()
     m.track_hosted_actors(lambda: 2)
-    m.track_placement(broken)
+    m.track_placement(broken, "exclusive")
     text = m.scrape().decode()
     assert value(text, "ateom_hosted_actors") == 2
     assert "ateom_gpu_holders{" not in text
@@ -381,3 +398,44 @@ def test_the_documented_phases_cover_every_phase_the_daemon_times() -> None:
     row = next(ln for ln in doc.splitlines() if ln.startswith("| `ateom_phase_duration_seconds`"))
     for name in PHASES:
         assert f"`{name}`" in row, name
+
+
+PROMTOOL = shutil.which("promtool")
+
+
+def promtool_check(exposition: str) -> subprocess.CompletedProcess[str]:
+    assert PROMTOOL is not None
+    return subprocess.run([PROMTOOL, "check", "metrics"], input=exposition, text=True,
+                          capture_output=True, timeout=60, check=False)
+
+
+@pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed (scripts/install_promtool.sh "
+                    "fetches it): Prometheus' own check of the exposition did not run")
+def test_prometheus_own_checker_finds_nothing_in_a_full_scrape(tmp_path: Path) -> None:
+    """Every family the daemon exposes, each with a series, through `promtool check
+    metrics` (Prometheus' linter: names, suffixes, help, types)."""
+    from ateom.inject.soname import SonameCache
+
+    placer = GpuPlacer([PodGpu(f"nvidia.com/gpu={i}", i) for i in range(2)],
+                       parse_placement("exclusive"))
+    placer.choose("a", GpuRequest(1))
+    m = Metrics()
+    m.observe_rpc("Ateom.RunWorkload", "OK", 0.2)
+    m.observe_rpc("Inspect.GetStatus", "OK", 0.001)
+    m.observe_phase("runsc.create", 0.03)
+    m.observe_refusal("placement", "too_few_free")
+    m.observe_sandbox_exit("on_its_own")
+    m.track_hosted_actors(lambda: 1)
+    m.track_placement(placer.snapshot, "exclusive")
+    m.track_soname_cache(SonameCache())
+    text = m.scrape().decode()
+    names = {name for name, _ in samples(text)}
+    assert {"ateom_rpc_requests_total", "ateom_phase_duration_seconds_bucket",
+            "ateom_refusals_total", "ateom_sandbox_exits_total", "ateom_gpu_holders",
+            "ateom_gpu_placement_info", "ateom_injection_soname_cache_lookups_total",
+            "process_cpu_seconds_total"} <= names
+    checked = promtool_check(text)
+    assert checked.returncode == 0 and not checked.stdout.strip(), checked.stdout + checked.stderr
+    # The checker does find what it should (a gauge named like a counter).
+    bad = promtool_check("# HELP x_total A gauge.\n# TYPE x_total gauge\nx_total 1\n")
+    assert bad.returncode != 0 and "_total" in bad.stdout + bad.stderr

@@ -125,15 +125,16 @@ def test_scrape_moves_when_a_gpu_actor_runs(metrics_daemon: MetricsDaemon) -> No
     run = "RunWorkload"
     before = d.scrape()
     assert sample(before, "ateom_hosted_actors") == 0
-    assert sample(before, "ateom_rpc_requests_total", method=run, code="OK") == 0
+    assert sample(before, "ateom_rpc_requests_total", service="Ateom", method=run, code="OK") == 0
 
     uid = "metrics-actor"
     d.world.bundles(uid, {"app": ["sleep", "1000"]})
     stub.RunWorkload(run_request(d.world, uid, [pb.Container(name="app")]), timeout=120)
     hosted = d.scrape()
     assert sample(hosted, "ateom_hosted_actors") == 1
-    assert sample(hosted, "ateom_rpc_requests_total", method=run, code="OK") == 1
-    assert sample(hosted, "ateom_rpc_duration_seconds_count", method=run, code="OK") == 1
+    assert sample(hosted, "ateom_rpc_requests_total", service="Ateom", method=run, code="OK") == 1
+    assert sample(hosted, "ateom_rpc_duration_seconds_count", service="Ateom",
+                  method=run, code="OK") == 1
     # pause + app created and started; the app's devices injected.
     for phase in ("runsc.create", "runsc.start"):
         assert sample(hosted, "ateom_phase_duration_seconds_count", phase=phase,
@@ -153,8 +154,9 @@ def test_scrape_moves_when_a_gpu_actor_runs(metrics_daemon: MetricsDaemon) -> No
     assert refused.value.code() is grpc.StatusCode.NOT_FOUND
     after = d.scrape()
     assert sample(after, "ateom_hosted_actors") == 0
-    assert sample(after, "ateom_rpc_requests_total", method="TerminateWorkload", code="OK") == 1
-    assert sample(after, "ateom_rpc_requests_total", method="CheckpointWorkload",
+    assert sample(after, "ateom_rpc_requests_total",
+                  service="Ateom", method="TerminateWorkload", code="OK") == 1
+    assert sample(after, "ateom_rpc_requests_total", service="Ateom", method="CheckpointWorkload",
                   code="NOT_FOUND") == 1
 
 
@@ -188,7 +190,8 @@ def test_scrape_times_checkpoint_and_restore(metrics_daemon: MetricsDaemon) -> N
         assert sample(restored, "ateom_phase_duration_seconds_sum", phase=phase,
                       outcome="ok") > 0, phase
     for method in ("CheckpointWorkload", "RestoreWorkload"):
-        assert sample(restored, "ateom_rpc_requests_total", method=method, code="OK") == 1
+        assert sample(restored, "ateom_rpc_requests_total",
+                      service="Ateom", method=method, code="OK") == 1
     assert sample(restored, "ateom_hosted_actors") == 1
     stub.TerminateWorkload(pb.TerminateWorkloadRequest(actor_uid=uid, actor_dirs=dirs),
                            timeout=120)

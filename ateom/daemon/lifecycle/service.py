@@ -329,3 +329,8 @@ class AteomService:
     def placement_snapshot(self) -> PlacementSnapshot | None:
         """Who holds which of the Pod's GPUs (metrics, Inspect); None before any."""
         return self.gpus.pool.snapshot()
+
+    @property
+    def placement_policy(self) -> str:
+        """The ``--gpu-placement`` in force, as a snapshot names it (``shared:2``)."""
+        return str(self.config.gpu.placement_settings)

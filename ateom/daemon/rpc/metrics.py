@@ -1,11 +1,15 @@
 """Prometheus metrics: what the daemon did, how long it took, what it hosts.
 
 One `Metrics` object per daemon, on its own registry (not the client library's
-global one), so tests and two daemons in one process never share counters.
+global one), so tests and two daemons in one process never share counters. The
+registry also carries the process's own figures (``process_*``: CPU, memory,
+open fds) and ``python_info``; no ``*_created`` series (each would double a
+counter's or histogram's series for a value nobody queries).
 The daemon feeds it from its seams, whose observer signatures these
 methods match exactly:
 
-- ``ateom.daemon.rpc.handler.RPC_OBSERVERS``: ``metrics.observe_rpc(method, code, seconds)``;
+- ``ateom.daemon.rpc.handler.RPC_OBSERVERS``: ``metrics.observe_rpc(rpc, code, seconds)``
+  (`rpc` is ``Service.Method``, as the handler names it: the labels ``service``, ``method``);
 - ``ateom.daemon.calls.phases.PHASE_OBSERVERS``: ``metrics.observe_phase(phase, seconds, ok)``;
 - ``ateom.daemon.calls.refusals.REFUSAL_OBSERVERS``: ``metrics.observe_refusal(kind, reason)``;
 - ``ateom.daemon.calls.sandbox_exits.SANDBOX_EXIT_OBSERVERS``:
@@ -30,7 +34,16 @@ from typing import Any, Protocol
 from wsgiref.simple_server import WSGIServer
 
 import structlog
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    disable_created_metrics,
+    generate_latest,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import start_http_server
 from prometheus_client.registry import Collector
@@ -93,26 +106,37 @@ PHASE_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
 class RpcCall:
     """The code an RPC ended with; the `rpc` context manager's handle."""
 
-    method: str
+    rpc: str  # Service.Method
     code: str = "OK"
+
+
+def rpc_labels(rpc: str) -> tuple[str, str]:
+    """(service, method) of ``Service.Method``, the labels grpc-prometheus's
+    ``grpc_service``/``grpc_method`` would be."""
+    service, _, method = rpc.rpartition(".")
+    return service, method
 
 
 class Metrics:
     """The daemon's metrics, registered on `self.registry`."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        # Process-wide in the client library, read when a counter or histogram is made.
+        disable_created_metrics()
         self.registry = registry if registry is not None else CollectorRegistry()
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
         self.rpc_requests = Counter(
             "rpc_requests",
-            "gRPC calls handled, by method and status code.",
-            ["method", "code"],
+            "gRPC calls handled, by service, method and status code.",
+            ["service", "method", "code"],
             namespace=NAMESPACE,
             registry=self.registry,
         )
         self.rpc_duration = Histogram(
             "rpc_duration_seconds",
-            "gRPC call latency, by method and status code.",
-            ["method", "code"],
+            "gRPC call latency, by service, method and status code.",
+            ["service", "method", "code"],
             namespace=NAMESPACE,
             buckets=RPC_BUCKETS,
             registry=self.registry,
@@ -159,20 +183,22 @@ class Metrics:
 
     # -- RPC seam ---------------------------------------------------------------
 
-    def observe_rpc(self, method: str, code: str, seconds: float) -> None:
-        """Count one finished RPC. `code` is a gRPC status name ("OK", "NOT_FOUND", ...)."""
-        self.rpc_requests.labels(method=method, code=code).inc()
-        self.rpc_duration.labels(method=method, code=code).observe(seconds)
+    def observe_rpc(self, rpc: str, code: str, seconds: float) -> None:
+        """Count one finished RPC, ``Service.Method``. `code` is a gRPC status name
+        ("OK", "NOT_FOUND", ...)."""
+        service, method = rpc_labels(rpc)
+        self.rpc_requests.labels(service=service, method=method, code=code).inc()
+        self.rpc_duration.labels(service=service, method=method, code=code).observe(seconds)
 
     @contextmanager
-    def rpc(self, method: str) -> Iterator[RpcCall]:
-        """Time the block as RPC `method`.
+    def rpc(self, rpc: str) -> Iterator[RpcCall]:
+        """Time the block as RPC `rpc` (``Service.Method``).
 
         The code is OK, the escaping AteomError's code, INTERNAL for any other
         exception, or whatever the block set on the yielded handle (for a
         servicer that reports errors without raising).
         """
-        call = RpcCall(method)
+        call = RpcCall(rpc)
         start = time.perf_counter()
         try:
             yield call
@@ -183,7 +209,7 @@ class Metrics:
             call.code = ErrorCode.INTERNAL.value
             raise
         finally:
-            self.observe_rpc(method, call.code, time.perf_counter() - start)
+            self.observe_rpc(rpc, call.code, time.perf_counter() - start)
 
     # -- phase seam -------------------------------------------------------------
 
@@ -223,10 +249,12 @@ class Metrics:
         """Expose `cache.hits`/`cache.misses` (the injector's SONAME cache) at every scrape."""
         self.registry.register(_SonameCacheCollector(cache))
 
-    def track_placement(self, snapshot: Callable[[], PlacementSnapshot | None]) -> None:
-        """Expose each GPU's holder count and the placement policy from `snapshot()`
-        at every scrape (None: the Pod's GPUs are not known yet, nothing shown)."""
-        self.registry.register(_PlacementCollector(snapshot))
+    def track_placement(self, snapshot: Callable[[], PlacementSnapshot | None],
+                        policy: str) -> None:
+        """Expose the placement `policy` in force, and each GPU's holder count from
+        `snapshot()` at every scrape (None: the Pod's GPUs are not known yet, no
+        holder series)."""
+        self.registry.register(_PlacementCollector(snapshot, policy))
 
     def scrape(self) -> bytes:
         """The Prometheus text exposition of this registry, as a scraper would get it."""
@@ -254,10 +282,11 @@ class _SonameCacheCollector(Collector):
 
 
 class _PlacementCollector(Collector):
-    """Per-GPU holders and the policy, read from the placer when scraped."""
+    """The policy, and per-GPU holders read from the placer when scraped."""
 
-    def __init__(self, snapshot: Callable[[], PlacementSnapshot | None]) -> None:
+    def __init__(self, snapshot: Callable[[], PlacementSnapshot | None], policy: str) -> None:
         self._snapshot = snapshot
+        self._policy = policy
 
     def collect(self) -> Iterator[Metric]:
         holders = GaugeMetricFamily(
@@ -279,7 +308,7 @@ class _PlacementCollector(Collector):
         if snap is not None:
             for h in snap.gpus:
                 holders.add_metric([str(h.gpu.index)], len(h.holders))
-            info.add_metric([str(snap.settings)], 1)
+        info.add_metric([str(snap.settings) if snap is not None else self._policy], 1)
         yield holders
         yield info
 
@@ -367,11 +396,14 @@ def start_metrics_server(host_port: str, metrics: Metrics) -> MetricsServer:
 
 
 class HostsActors(Protocol):
-    """What `start_daemon_metrics` needs of the daemon's service: its actor table
-    and its GPU placement (None until the Pod's GPUs are known)."""
+    """What `start_daemon_metrics` needs of the daemon's service: its actor table,
+    its GPU placement (None until the Pod's GPUs are known) and the policy."""
 
     @property
     def actors(self) -> Sized: ...
+
+    @property
+    def placement_policy(self) -> str: ...
 
     def placement_snapshot(self) -> PlacementSnapshot | None: ...
 
@@ -387,7 +419,7 @@ def start_daemon_metrics(host_port: str, service: HostsActors) -> MetricsServer:
     """
     metrics = Metrics()
     metrics.track_hosted_actors(lambda: len(service.actors))
-    metrics.track_placement(lambda: service.placement_snapshot())
+    metrics.track_placement(lambda: service.placement_snapshot(), service.placement_policy)
     metrics.track_soname_cache(DEFAULT_SONAME_CACHE)
     detach = attach_to_daemon(metrics)
     try:

@@ -52,32 +52,32 @@ class AteomServicer(pb_grpc.AteomServicer):
     def __init__(self, service: AteomService) -> None:
         self.service = service
 
-    @rpc("RunWorkload")
+    @rpc("Ateom.RunWorkload")
     def RunWorkload(self, request: Any, context: grpc.ServicerContext) -> Any:
         self.service.run_workload(wire.run_request(request))
         return pb.RunWorkloadResponse()
 
-    @rpc("CheckpointWorkload")
+    @rpc("Ateom.CheckpointWorkload")
     def CheckpointWorkload(self, request: Any, context: grpc.ServicerContext) -> Any:
         return wire.checkpoint_response(
             self.service.checkpoint_workload(wire.checkpoint_request(request)))
 
-    @rpc("RestoreWorkload")
+    @rpc("Ateom.RestoreWorkload")
     def RestoreWorkload(self, request: Any, context: grpc.ServicerContext) -> Any:
         self.service.restore_workload(wire.restore_request(request))
         return pb.RestoreWorkloadResponse()
 
-    @rpc("TerminateWorkload")
+    @rpc("Ateom.TerminateWorkload")
     def TerminateWorkload(self, request: Any, context: grpc.ServicerContext) -> Any:
         self.service.terminate_workload(wire.terminate_request(request))
         return pb.TerminateWorkloadResponse()
 
-    @rpc("GetWorkloadStats")
+    @rpc("Ateom.GetWorkloadStats")
     def GetWorkloadStats(self, request: Any, context: grpc.ServicerContext) -> Any:
         validation.check_actor_uid(request.actor_uid)
         return wire.stats_response(self.service.workload_stats(request.actor_uid))
 
-    @rpc("GetActiveWorkloadStats")
+    @rpc("Ateom.GetActiveWorkloadStats")
     def GetActiveWorkloadStats(self, request: Any, context: grpc.ServicerContext) -> Any:
         return pb.GetActiveWorkloadStatsResponse(
             samples=[wire.stats_sample(s) for s in self.service.active_workload_stats()])

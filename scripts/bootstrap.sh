@@ -18,8 +18,12 @@ PYTHON=${PYTHON:-python3}
 VENV=${ATEOM_VENV:-.venv}
 
 # podman, mmdebstrap: the worker image test builds the Dockerfile from a base image made
-# from Debian's archive (tests/ops/test_worker_image.py).
-APT_PACKAGES=(runc busybox-static gcc libc6-dev procps podman mmdebstrap)
+# from Debian's archive (tests/ops/test_worker_image.py). nftables: Debian 13's podman
+# networks a build's RUN step through netavark, which only *recommends* nftables yet
+# fails without `nft` (Debian 12's podman uses the CNI plugins, which depend on iptables).
+# Installed without Recommends: each package's Recommends were checked against what the
+# tests use, and this list is what they need (tests/ops/test_setup.py checks it).
+APT_PACKAGES=(runc busybox-static gcc libc6-dev procps podman mmdebstrap nftables)
 if ! command -v "$PYTHON" >/dev/null 2>&1; then
     PYTHON=python3
     APT_PACKAGES+=(python3 python3-venv)

@@ -13,6 +13,7 @@ validating one spec.
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from collections.abc import Callable, Iterable, Sequence
@@ -230,6 +231,15 @@ def _expected_types(expected: str | Sequence[str]) -> str:
     return " or ".join(names)
 
 
+def _did_you_mean(key: str, known: Sequence[str]) -> str:
+    """`` (did you mean deviceNodes?)`` for a near miss of a known field (a case
+    slip, a letter dropped); empty when nothing is close."""
+    by_fold = {k.casefold(): k for k in known}
+    match = by_fold.get(key.casefold()) or next(
+        iter(difflib.get_close_matches(key, list(known), n=1, cutoff=0.75)), None)
+    return f" (did you mean {match}?)" if match else ""
+
+
 def _problems(error: jsonschema.ValidationError, path: str) -> list[SpecError]:
     """Translate one jsonschema error into SpecErrors with our wording."""
     where = list(error.absolute_path)
@@ -241,7 +251,8 @@ def _problems(error: jsonschema.ValidationError, path: str) -> list[SpecError]:
     if keyword == "additionalProperties" and isinstance(error.instance, dict):
         known = schema.get("properties", {})
         return [
-            SpecError(path, "unknown field", json_path([*where, key]))
+            SpecError(path, "unknown field" + _did_you_mean(str(key), known),
+                      json_path([*where, key]))
             for key in error.instance
             if key not in known
         ]

@@ -179,7 +179,7 @@ def decode_yaml(text: str, path: str) -> Any:
             # PyYAML >= 6.0.4 caps nesting in its parser; one message for
             # "too deep" whichever layer noticed it.
             raise SpecError(path, "document is nested too deeply") from None
-        raise SpecError(path, f"invalid YAML: {_yaml_problem(exc)}") from None
+        raise SpecError(path, f"invalid YAML: {_yaml_problem(exc, text)}") from None
     except yaml.reader.ReaderError as exc:
         # A character YAML forbids; PyYAML's own text spans two lines.
         line = text.count("\n", 0, exc.position) + 1
@@ -199,8 +199,14 @@ def decode_yaml(text: str, path: str) -> Any:
         raise SpecError(path, f"invalid YAML: {' '.join(str(exc).split())}") from None
 
 
-def _yaml_problem(exc: yaml.MarkedYAMLError) -> str:
+def _yaml_problem(exc: yaml.MarkedYAMLError, text: str) -> str:
     mark = exc.problem_mark or exc.context_mark
     where = f"line {mark.line + 1} column {mark.column + 1}: " if mark is not None else ""
+    if mark is not None and "cannot start any token" in (exc.problem or ""):
+        lines = text.splitlines()
+        line = lines[mark.line] if mark.line < len(lines) else ""
+        if line[mark.column:mark.column + 1] == "\t":
+            # PyYAML's words for a tab where YAML wants indentation or a value.
+            return where + "a tab: YAML indents with spaces, never tabs"
     what = " ".join(p for p in (exc.context, exc.problem) if p)
     return where + (what or str(exc))

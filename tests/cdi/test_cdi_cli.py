@@ -267,6 +267,10 @@ def test_validate_hand_crafted_bad_inputs_one_line_each(
     (tmp_path / "dangling.json").symlink_to(tmp_path / "nowhere")
     os.mkfifo(tmp_path / "fifo.json")
     (tmp_path / "newline-key.json").write_text(GOOD[:-1] + ', "x\\ny": 1}')
+    (tmp_path / "tab.yaml").write_text("cdiVersion: 0.5.0\nkind: v.com/t\ndevices:\n\t- name: 0\n")
+    (tmp_path / "typo.json").write_text(
+        '{"cdiVersion": "0.5.0", "kind": "v.com/typo", "devices": [{"name": "0",'
+        ' "containerEdits": {"deviceNode": [{"path": "/dev/x"}]}}]}')
     code, out, err = run(capsys, "cdi", "validate", str(tmp_path))
     assert code == 1
     assert out.splitlines() == [
@@ -281,6 +285,9 @@ def test_validate_hand_crafted_bad_inputs_one_line_each(
         ("fifo.json", "not a regular file"),
         ("latin1.yaml", "not valid UTF-8 text"),
         ("newline-key.json", "['x\\ny']: unknown field"),
+        ("tab.yaml", "invalid YAML: line 4 column 1: a tab: YAML indents with spaces, never tabs"),
+        ("typo.json", "devices[0].containerEdits.deviceNode: unknown field "
+                      "(did you mean deviceNodes?)"),
     ]
     problems = [line for line in err.splitlines() if ": warning: " not in line]
     assert len(problems) == len(expected), err

@@ -159,7 +159,8 @@ def test_schema_reports_every_problem_in_document_order() -> None:
     ]
     found = problems(doc)
     assert found == [
-        f"devices[{i}].containerEdits.deviceNodes[0].majr: unknown field" for i in range(12)
+        f"devices[{i}].containerEdits.deviceNodes[0].majr: unknown field (did you mean major?)"
+            for i in range(12)
     ]
 
 

@@ -51,6 +51,22 @@ class UsageError(AteomError):
     code = ErrorCode.INVALID_ARGUMENT
 
 
+class UnreachableError(AteomError):
+    """What the command asks did not answer: no daemon on the socket, a refused
+    connection, a deadline. The CLI exits 3 (``ateom health``: as grpc_health_probe
+    tells a connection failure from an unhealthy server)."""
+
+    code = ErrorCode.UNAVAILABLE
+
+
+class InputError(AteomError):
+    """A file or directory named on the command line is missing, unreadable or not
+    what it must be (a corrupt checkpoint record, a directory that is no
+    checkpoint). The CLI exits 4, apart from 1: what the command judges failed."""
+
+    code = ErrorCode.FAILED_PRECONDITION
+
+
 class SpecError(AteomError):
     """A CDI spec could not be read or is invalid.
 

@@ -221,22 +221,30 @@ class PlacementSettings:
 DEFAULT_PLACEMENT = PlacementSettings()  # what DEFAULT_GPU_PLACEMENT parses to
 
 
+def as_typed(name: str, value: object) -> str:
+    """A setting's value as the user typed it, for an error: ``$ATEOM_X='v'`` for an
+    environment twin, ``--x 'v'`` for a flag."""
+    return f"{name}={value!r}" if name.startswith("$") else f"{name} {value!r}"
+
+
 def parse_placement(value: str, *, field: str = "--gpu-placement") -> PlacementSettings:
     """``exclusive``, ``shared`` or ``shared:N`` (N >= 1 actors per GPU).
 
     One value rather than a second cap flag: the cap means nothing without
-    shared, and one string reads back unchanged in GetStatus.
+    shared, and one string reads back unchanged in GetStatus. `field` is how the
+    user gave it (``--gpu-placement`` or ``$ATEOM_GPU_PLACEMENT``), for the error.
     """
+    said = as_typed(field, value)
     policy_text, sep, cap_text = value.strip().partition(":")
     try:
         policy = PlacementPolicy(policy_text.lower())
     except ValueError:
-        raise _invalid(f"{field} {value!r}: must be exclusive, shared or shared:N") from None
+        raise _invalid(f"{said}: must be exclusive, shared or shared:N") from None
     if not sep:
         return PlacementSettings(policy)
     if policy is PlacementPolicy.EXCLUSIVE:
-        raise _invalid(f"{field} {value!r}: exclusive takes no cap (one actor per GPU)")
+        raise _invalid(f"{said}: exclusive takes no cap (one actor per GPU)")
     if not (cap_text.isascii() and cap_text.isdigit()) or int(cap_text) < 1:
-        raise _invalid(f"{field} {value!r}: the cap after 'shared:' must be a whole number"
+        raise _invalid(f"{said}: the cap after 'shared:' must be a whole number"
                        " >= 1 (actors per GPU)")
     return PlacementSettings(policy, int(cap_text))

@@ -19,7 +19,7 @@ from typing import Any, TextIO
 from ateom.cdi.edits import resolution_to_json
 from ateom.cdi.registry import Registry, default_spec_dirs
 from ateom.cdi.spec_file import format_for_path, load_spec, spec_problems
-from ateom.errors import AteomError, ErrorCode, ResolutionError, SpecError
+from ateom.errors import AteomError, ErrorCode, SpecError
 
 
 def register(subparsers: Any) -> None:
@@ -37,6 +37,9 @@ def register(subparsers: Any) -> None:
         ".json, .yaml and .yml files. Exit 1 if any is invalid.",
     )
     validate.add_argument("paths", nargs="+", metavar="PATH")
+    validate.add_argument("--json", action="store_true",
+                          help="print {ok, files: [{path, valid, kind, cdiVersion, devices | "
+                          "problems}], warnings} as JSON")
     validate.set_defaults(func=cmd_validate)
 
     spec_dir_help = (
@@ -66,6 +69,8 @@ def register(subparsers: Any) -> None:
     )
     resolve.add_argument("--spec-dir", action="append", metavar="DIR", help=spec_dir_help)
     resolve.add_argument("names", nargs="+", metavar="NAME")
+    resolve.add_argument("--json", action="store_true",
+                         help="JSON errors too (the result is JSON either way)")
     resolve.set_defaults(func=cmd_resolve)
 
 
@@ -93,49 +98,60 @@ def cmd_validate(
 ) -> int:
     out = out or sys.stdout
     err = err or sys.stderr
-    ok = True
+    # One entry per path or file: {"path", "valid", and the spec's facts or its problems}.
+    results: list[dict[str, object]] = []
+    warnings: list[str] = []
+
+    def problem(path: str, *lines: str) -> None:
+        results.append({"path": path, "valid": False, "problems": list(lines)})
+        if not args.json:
+            for line in lines:
+                print(line, file=err)
+
+    def warn(line: str) -> None:
+        warnings.append(line)
+        if not args.json:
+            print(line, file=err)
+
     # directory -> qualified device name -> files defining it, to warn about
     # devices that would be unresolvable in that directory (same-directory duplicates).
     offered: dict[str, dict[str, list[str]]] = {}
     for path in args.paths:
         if not os.path.exists(path):
-            print(f"{path}: no such file or directory", file=err)
-            ok = False
+            problem(path, f"{path}: no such file or directory")
             continue
         files = spec_files_under(path)
         if not files:
-            print(f"{path}: no CDI spec files (.json, .yaml, .yml) found", file=err)
-            ok = False
+            problem(path, f"{path}: no CDI spec files (.json, .yaml, .yml) found")
         for file in files:
             try:
                 loaded = load_spec(file)
             except SpecError as exc:
-                ok = False
-                for problem in spec_problems(exc):
-                    print(str(problem), file=err)
+                problem(file, *(str(p) for p in spec_problems(exc)))
                 continue
             for warning in loaded.warnings:
-                print(warning, file=err)
+                warn(str(warning))
             spec = loaded.spec
             by_name = offered.setdefault(os.path.dirname(os.path.abspath(file)), {})
             for device in spec.devices:
                 files_for = by_name.setdefault(f"{spec.kind}={device.name}", [])
                 if file not in files_for:
                     files_for.append(file)
-            print(
-                f"{file}: valid (kind {spec.kind}, cdiVersion {spec.version}, "
-                f"{len(spec.devices)} devices)",
-                file=out,
-            )
+            results.append({"path": file, "valid": True, "kind": spec.kind,
+                            "cdiVersion": spec.version, "devices": len(spec.devices)})
+            if not args.json:
+                print(f"{file}: valid (kind {spec.kind}, cdiVersion {spec.version}, "
+                      f"{len(spec.devices)} devices)", file=out)
     for by_name in offered.values():
         for name, files_for in sorted(by_name.items()):
             if len(files_for) > 1:
-                print(
-                    f"{files_for[-1]}: warning: device {name} is also defined by "
-                    f"{' and '.join(files_for[:-1])} in the same directory; "
-                    "as a spec directory, neither would resolve",
-                    file=err,
-                )
+                warn(f"{files_for[-1]}: warning: device {name} is also defined by "
+                     f"{' and '.join(files_for[:-1])} in the same directory; "
+                     "as a spec directory, neither would resolve")
+    ok = all(r["valid"] for r in results)
+    if args.json:
+        json.dump({"ok": ok, "files": results, "warnings": warnings}, out, indent=2)
+        out.write("\n")
     return 0 if ok else 1
 
 
@@ -207,11 +223,7 @@ def cmd_resolve(
     out = out or sys.stdout
     err = err or sys.stderr
     registry = _registry(args)
-    try:
-        resolution = registry.resolve(args.names)
-    except ResolutionError as exc:
-        print(f"ateom: {exc}", file=err)
-        return 1
+    resolution = registry.resolve(args.names)  # ResolutionError: one line, exit 1 (ateom.cli)
     json.dump(resolution_to_json(resolution), out, indent=2)
     out.write("\n")
     return 0

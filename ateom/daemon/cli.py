@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+import structlog
+
 from ateom.daemon.lifecycle import config as daemon_config
 from ateom.errors import AteomError, UsageError
 
@@ -32,4 +34,15 @@ def _serve(args: argparse.Namespace) -> int:
     except AteomError as exc:  # everything it checks is a flag or its twin
         raise UsageError(str(exc)) from None
     configure_logging(config.log_format, config.log_level)
-    return serve(config)
+    try:
+        return serve(config)
+    except (AteomError, OSError) as exc:
+        if config.log_format != "json":
+            raise  # ateom.cli says it in one plain line, as the console log reads
+        # Once the log runs, a fatal error is one more of its JSON lines on stdout, not
+        # a plain line on stderr after them: a log pipeline reads it like the rest.
+        code = exc.code.value if isinstance(exc, AteomError) else "OSError"
+        where = f": {exc.filename}" if isinstance(exc, OSError) and exc.filename else ""
+        error = str(exc) if isinstance(exc, AteomError) else f"{exc.strerror or exc}{where}"
+        structlog.get_logger("ateom.daemon").error("serve_failed", error=error, code=code)
+        return 1

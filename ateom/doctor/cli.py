@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from dataclasses import replace
 from typing import Any
 
 from ateom.doctor.config import DoctorConfig, config_from_env
+from ateom.errors import AteomError, UnreachableError, UsageError
 
 _DEFAULT_SOCKET = "/run/ateom/ateom.sock"
 
@@ -84,8 +86,12 @@ def register(subparsers: Any) -> None:
     health = subparsers.add_parser(
         "health",
         help="ask a running ateom's gRPC health service (for exec probes)",
-        description="grpc.health.v1 Check against ateom serve; exit 0 only when SERVING.",
+        description="grpc.health.v1 Check against ateom serve. Exit 0 when SERVING, 1 when "
+        "it answers anything else (NOT_SERVING, SERVICE_UNKNOWN), 3 when nothing answers (no "
+        "daemon on the socket, refused, past --timeout).",
     )
+    health.add_argument("--json", action="store_true",
+                        help="print {target, status, serving, detail} as JSON")
     health.add_argument(
         "--socket", default=None,
         help=f"unix socket, or HOST:PORT for TCP [$ATEOM_SOCKET; {_DEFAULT_SOCKET}]",
@@ -100,7 +106,11 @@ def run_doctor_command(args: argparse.Namespace) -> int:
     from ateom.doctor.report import render_json, render_text
 
     _quiet_library_logs()
-    report = run_doctor(config_from_args(args, config_from_env(os.environ)))
+    try:
+        from_env = config_from_env(os.environ)
+    except AteomError as exc:  # what it reads is the daemon's ATEOM_* twins: usage
+        raise UsageError(str(exc)) from None
+    report = run_doctor(config_from_args(args, from_env))
     sys.stdout.write(render_json(report) if args.json else render_text(report))
     return 0 if report.ok else 1
 
@@ -152,6 +162,12 @@ def run_health_command(args: argparse.Namespace) -> int:
 
     target = args.socket or os.environ.get("ATEOM_SOCKET") or _DEFAULT_SOCKET
     answer = check_health(target, args.service, args.timeout)
-    line = f"{answer.status}" + (f": {answer.detail}" if answer.detail else "")
-    print(line, file=sys.stdout if answer.serving else sys.stderr)
+    said = f"{answer.status}" + (f": {answer.detail}" if answer.detail else "")
+    if not answer.answered:
+        raise UnreachableError(f"{target}: {said}")
+    if args.json:
+        print(json.dumps({"target": target, "status": answer.status, "serving": answer.serving,
+                          "detail": answer.detail}))
+    else:
+        print(said, file=sys.stdout if answer.serving else sys.stderr)
     return 0 if answer.serving else 1

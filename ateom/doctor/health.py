@@ -19,6 +19,7 @@ class HealthAnswer:
     serving: bool
     status: str  # SERVING, NOT_SERVING, UNKNOWN, SERVICE_UNKNOWN, or the RPC error code
     detail: str = ""
+    answered: bool = True  # False: no answer came (no daemon, refused, deadline)
 
 
 def target_for(socket_or_address: str) -> str:
@@ -39,7 +40,9 @@ def check_health(socket_or_address: str, service: str = "", timeout: float = 3.0
         except grpc.RpcError as exc:
             code = exc.code() if hasattr(exc, "code") else None
             details = exc.details() if hasattr(exc, "details") else str(exc)
+            if code is grpc.StatusCode.NOT_FOUND:  # the server's answer: no such service
+                return HealthAnswer(False, "SERVICE_UNKNOWN", str(details or ""))
             name = code.name if code is not None else "UNKNOWN"
-            return HealthAnswer(False, name, str(details or ""))
+            return HealthAnswer(False, name, str(details or ""), answered=False)
     status = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
     return HealthAnswer(status == "SERVING", status)

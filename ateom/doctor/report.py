@@ -8,10 +8,16 @@ from typing import Any
 from ateom.doctor.verdict import CheckResult, Report, Status
 
 
+def wire_status(status: Status) -> str:
+    """The status as the gRPC Doctor's ``DoctorStatus`` names it (``DOCTOR_STATUS_FAIL``):
+    ``ateom doctor --json`` and ``grpcurl … ateom.Inspect/Doctor`` print the same words."""
+    return f"DOCTOR_STATUS_{status.value}"
+
+
 def result_to_dict(r: CheckResult) -> dict[str, Any]:
     return {
         "name": r.name,
-        "status": r.status.value,
+        "status": wire_status(r.status),
         "summary": r.summary,
         "fix": r.fix,
         "details": list(r.details),
@@ -19,9 +25,9 @@ def result_to_dict(r: CheckResult) -> dict[str, Any]:
 
 
 def report_to_dict(report: Report) -> dict[str, Any]:
-    counts = {s.value: 0 for s in Status}
+    counts = {wire_status(s): 0 for s in Status}
     for r in report.results:
-        counts[r.status.value] += 1
+        counts[wire_status(r.status)] += 1
     return {
         "ok": report.ok,
         "counts": counts,
@@ -46,10 +52,10 @@ def render_text(report: Report, *, max_details: int = 8) -> str:
             lines.append(f"{pad}- ... and {len(r.details) - len(shown)} more (--json shows all)")
         if r.fix and r.status in (Status.FAIL, Status.WARN):
             lines.append(f"{pad}fix: {r.fix}")
-    d = report_to_dict(report)["counts"]
+    d = {s: sum(r.status is s for r in report.results) for s in Status}
     verdict = "OK" if report.ok else "NOT OK"
     lines.append(
-        f"{verdict}: {d['PASS']} passed, {d['WARN']} warned, {d['FAIL']} failed, "
-        f"{d['SKIP']} skipped"
+        f"{verdict}: {d[Status.PASS]} passed, {d[Status.WARN]} warned, {d[Status.FAIL]} failed, "
+        f"{d[Status.SKIP]} skipped"
     )
     return "\n".join(lines) + "\n"

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ateom.errors import AteomError, ErrorCode, quote
+from ateom.errors import AteomError, ErrorCode, InputError, quote
 from ateom.gpuinfo.compat import Refusal, RestoreVerdict, check_restore, runsc_remaps_gpus
 from ateom.gpuinfo.gather import find_nvidia_smi, gather_worker_gpus
 from ateom.gpuinfo.inventory import GpuFacts, WorkerGpus
@@ -48,7 +48,7 @@ def register(subparsers: Any) -> None:
         "driver, GPUs and containers it was taken with. --here also gathers this worker's "
         "GPUs (/proc, nvidia-smi) and probes its runsc ($ATEOM_RUNSC) and says whether the "
         "checkpoint can be restored here, with every reason it cannot (exit 1 then). A "
-        "corrupt record exits 1 with the reason.",
+        "corrupt record, or a DIR that is not a directory, exits 4 with the reason.",
     )
     info.add_argument("directory", metavar="DIR", help="the checkpoint (image) directory")
     info.add_argument("--json", action="store_true", help="print JSON")
@@ -195,7 +195,10 @@ def here_json(here: HereFacts, verdict: RestoreVerdict) -> dict[str, Any]:
 
 
 def run_checkpoint_info(args: argparse.Namespace) -> int:
-    parsed = load_record(args.directory)
+    try:
+        parsed = load_record(args.directory)
+    except AteomError as exc:  # not a checkpoint dir, a corrupt record: the input, not a verdict
+        raise InputError(str(exc)) from None
     here = gather_here(os.environ, proc_root=args.proc_root) if args.here and parsed else None
     verdict = judge_here(parsed, here) if parsed is not None and here is not None else None
     if args.json:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import sys
 from typing import Any
 
@@ -50,6 +51,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--dry-run", action="store_true",
                         help="print a unified diff of config.json and the symlinks to "
                              "stage; write nothing")
+    parser.add_argument("--json", action="store_true",
+                        help="print {bundle, config_changed, links, dropped_hooks} (and, with "
+                             "--dry-run, the diff) as JSON")
     parser.set_defaults(func=run)
 
 
@@ -76,7 +80,21 @@ def run(args: argparse.Namespace) -> int:
     registry = Registry.load(args.spec_dir or default_spec_dirs())
     resolution = registry.resolve(args.device)
     plan = inject_devices(args.bundle, resolution, options, dry_run=args.dry_run)
-    if args.dry_run:
+    if args.json:
+        doc: dict[str, Any] = {
+            "bundle": plan.bundle_dir,
+            "devices": list(resolution.devices),
+            "config_changed": plan.config_changed,
+            "written": not args.dry_run,
+            "links": [{"path": s.path, "target": s.target, "library": s.library}
+                      for s in plan.symlinks],
+            "dropped_hooks": [{"origin": h.origin, "spec": h.spec_path, "hook": h.hook_name,
+                               "path": h.path, "reason": h.reason} for h in plan.dropped_hooks],
+        }
+        if args.dry_run:
+            doc["diff"] = plan.diff()
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+    elif args.dry_run:
         sys.stdout.write(plan.diff())
     else:
         state = "updated" if plan.config_after != plan.config_before else "unchanged"

@@ -310,3 +310,28 @@ def test_resolve_explains_a_kind_whose_spec_cannot_be_read(
         f"kinds available: v.com/gpu; spec files that failed to load, any of which may be it: "
         f"{tmp_path / 'nic.json'}: not valid UTF-8 text: invalid start byte at byte 0",
     ]
+
+
+def test_validate_json_has_every_file_its_verdict_and_problems(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "good.json").write_text(GOOD)
+    (tmp_path / "typo.json").write_text(
+        '{"cdiVersion": "0.5.0", "kind": "v.com/typo", "devices": [{"name": "0",'
+        ' "containerEdits": {"deviceNode": [{"path": "/dev/x"}]}}]}')
+    code, out, err = run(capsys, "cdi", "validate", "--json", str(tmp_path),
+                         str(tmp_path / "absent"))
+    assert (code, err) == (1, "")
+    doc = json.loads(out)
+    assert doc["ok"] is False
+    by_path = {f["path"]: f for f in doc["files"]}
+    good = by_path[str(tmp_path / "good.json")]
+    assert good["valid"] is True and good["devices"] >= 1 and good["kind"]
+    typo = by_path[str(tmp_path / "typo.json")]
+    assert typo["valid"] is False
+    assert typo["problems"] == [f"{tmp_path / 'typo.json'}: devices[0].containerEdits.deviceNode:"
+                                " unknown field (did you mean deviceNodes?)"]
+    assert by_path[str(tmp_path / "absent")]["problems"] == [
+        f"{tmp_path / 'absent'}: no such file or directory"]
+    code, out, _ = run(capsys, "cdi", "validate", "--json", str(tmp_path / "good.json"))
+    assert code == 0 and json.loads(out)["ok"] is True

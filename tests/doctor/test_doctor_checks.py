@@ -241,8 +241,8 @@ def test_json_report_round_trips() -> None:
 
     doc = json.loads(render_json(judge(healthy())))
     assert doc == report_to_dict(judge(healthy()))
-    assert doc["ok"] is True and doc["counts"]["PASS"] == len(CHECK_NAMES)
-    assert doc["checks"][0] == {"name": "gpu-nodes", "status": "PASS",
+    assert doc["ok"] is True and doc["counts"]["DOCTOR_STATUS_PASS"] == len(CHECK_NAMES)
+    assert doc["checks"][0] == {"name": "gpu-nodes", "status": "DOCTOR_STATUS_PASS",
                                 "summary": doc["checks"][0]["summary"], "fix": "",
                                 "details": []}
 

@@ -182,36 +182,37 @@ def test_cli_reads_placement_and_max_actors_from_the_daemons_env(gpu_worker: Gpu
     doc = json.loads(done.stdout)
     assert [c["name"] for c in doc["checks"]] == list(CHECK_NAMES)
     placement = next(c for c in doc["checks"] if c["name"] == "gpu-placement")
-    assert done.returncode == 0 and placement["status"] == "WARN", placement
+    assert done.returncode == 0 and placement["status"] == "DOCTOR_STATUS_WARN", placement
     assert placement["summary"].startswith("exclusive: 2 GPU(s), --max-actors 4")
     done = _cli(gpu_worker, "--gpu-placement", "shared:2", "--max-actors", "2",
                 ATEOM_GPU_PLACEMENT="exclusive")
     placement = next(c for c in json.loads(done.stdout)["checks"]
                      if c["name"] == "gpu-placement")
     assert (placement["status"], placement["summary"]) == (
-        "PASS", "shared:2: 2 GPU(s), --max-actors 2")
+        "DOCTOR_STATUS_PASS", "shared:2: 2 GPU(s), --max-actors 2")
 
 
 def test_cli_fails_a_placement_serve_would_refuse(gpu_worker: GpuWorker) -> None:
     done = _cli(gpu_worker, ATEOM_GPU_PLACEMENT="fair-share")
     placement = next(c for c in json.loads(done.stdout)["checks"]
                      if c["name"] == "gpu-placement")
-    assert done.returncode == 1 and placement["status"] == "FAIL"
+    assert done.returncode == 1 and placement["status"] == "DOCTOR_STATUS_FAIL"
     assert "'fair-share'" in placement["summary"]
 
 
 def test_cli_says_why_a_bad_max_actors_stops_it(gpu_worker: GpuWorker) -> None:
-    done = _cli(gpu_worker, ATEOM_MAX_ACTORS="lots")
-    assert done.returncode == 1 and done.stdout == ""
-    assert "$ATEOM_MAX_ACTORS='lots': not a number" in done.stderr
+    done = _cli(gpu_worker, ATEOM_MAX_ACTORS="lots")  # with --json: the error as JSON
+    assert done.returncode == 2 and done.stderr == ""  # a malformed twin is usage
+    said = json.loads(done.stdout)
+    assert said["exit_code"] == 2 and "$ATEOM_MAX_ACTORS='lots': not a number" in said["error"]
 
 
 def test_cli_flags_and_env_for_the_gpu_tools(gpu_worker: GpuWorker) -> None:
     done = _cli(gpu_worker, "--nvidia-smi", "/nonexistent/nvidia-smi")
     by_name = {c["name"]: c for c in json.loads(done.stdout)["checks"]}
-    assert by_name["gpu-inventory"]["status"] == "WARN"
+    assert by_name["gpu-inventory"]["status"] == "DOCTOR_STATUS_WARN"
     assert any(d.startswith("/nonexistent/nvidia-smi: not run")
                for d in by_name["gpu-inventory"]["details"])
     done = _cli(gpu_worker, ATEOM_CUDA_CHECKPOINT="/nonexistent/cuda-checkpoint")
     by_name = {c["name"]: c for c in json.loads(done.stdout)["checks"]}
-    assert done.returncode == 1 and by_name["cuda-checkpoint"]["status"] == "FAIL"
+    assert done.returncode == 1 and by_name["cuda-checkpoint"]["status"] == "DOCTOR_STATUS_FAIL"

@@ -29,10 +29,6 @@ from tests.support import configs
 from tests.support.doctor_worker import POD_RUNSC_FLAGS, GpuWorker
 
 REPO = Path(__file__).resolve().parents[2]
-STATUS_NAME = {pb.DOCTOR_STATUS_PASS: "PASS", pb.DOCTOR_STATUS_WARN: "WARN",
-               pb.DOCTOR_STATUS_FAIL: "FAIL", pb.DOCTOR_STATUS_SKIP: "SKIP"}
-
-
 def daemon_config(worker: GpuWorker, base: Path) -> DaemonConfig:
     """`ateom serve` pointed at the simulated worker, as its env twins would."""
     (base / "actors").mkdir(parents=True, exist_ok=True)  # the node agent's volume
@@ -67,7 +63,7 @@ def inspect(server: RunningServer) -> Iterator[pb_grpc.InspectStub]:
 
 
 def as_dicts(resp: pb.DoctorResponse) -> list[dict[str, object]]:
-    return [{"name": c.name, "status": STATUS_NAME[c.status], "summary": c.summary,
+    return [{"name": c.name, "status": pb.DoctorStatus.Name(c.status), "summary": c.summary,
              "fix": c.fix, "details": list(c.details)} for c in resp.checks]
 
 

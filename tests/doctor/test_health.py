@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -61,14 +62,30 @@ def test_unknown_service_is_not_serving(served: tuple[str, health.HealthServicer
     socket, servicer = served
     servicer.set("", health_pb2.HealthCheckResponse.SERVING)
     answer = check_health(socket, service="ateom.Nope")
-    assert not answer.serving and answer.status == "NOT_FOUND"
+    assert not answer.serving and answer.answered and answer.status == "SERVICE_UNKNOWN"
+    done = _probe("--socket", socket, "--service", "ateom.Nope")
+    assert done.returncode == 1 and "SERVICE_UNKNOWN" in done.stderr
 
 
-def test_no_server_is_unavailable(tmp_path: Path) -> None:
+def test_no_server_is_unreachable_exit_3_not_unhealthy(tmp_path: Path) -> None:
     answer = check_health(str(tmp_path / "absent.sock"), timeout=2)
-    assert not answer.serving and answer.status == "UNAVAILABLE"
+    assert not answer.serving and not answer.answered and answer.status == "UNAVAILABLE"
     done = _probe("--socket", str(tmp_path / "absent.sock"), "--timeout", "2")
-    assert done.returncode == 1 and "UNAVAILABLE" in done.stderr
+    assert done.returncode == 3 and "UNAVAILABLE" in done.stderr
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    as_json = _probe("--socket", str(tmp_path / "absent.sock"), "--timeout", "2", "--json")
+    assert as_json.returncode == 3
+    said = json.loads(as_json.stdout)
+    assert said["exit_code"] == 3 and "UNAVAILABLE" in said["error"]
+
+
+def test_json_says_the_status(served: tuple[str, health.HealthServicer]) -> None:
+    socket, servicer = served
+    servicer.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
+    done = _probe("--socket", socket, "--json")
+    assert done.returncode == 1
+    assert json.loads(done.stdout) == {"target": socket, "status": "NOT_SERVING",
+                                       "serving": False, "detail": ""}
 
 
 def test_env_socket_is_the_default(served: tuple[str, health.HealthServicer]) -> None:

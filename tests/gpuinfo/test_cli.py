@@ -134,9 +134,14 @@ def test_a_corrupt_record_is_refused_with_the_parsers_message(
     directory, _ = checkpoint(tmp_path, node(tmp_path, "h200-8gpu", [0]))
     path = directory / RECORD_FILE
     path.write_text(damage(path.read_text()))  # type: ignore[operator]
+    code, out, err = run(capsys, str(directory))
+    assert (code, out) == (4, "")  # the input is unusable: not "cannot be restored here"
+    assert err.startswith(f"ateom checkpoint-info: {path}: ") and says in err, err
+    # With --json, the error is the JSON on stdout.
     code, out, err = run(capsys, str(directory), "--json")
-    assert (code, out) == (1, "")
-    assert err.startswith(f"ateom: {path}: ") and says in err, err
+    assert (code, err) == (4, "")
+    said = json.loads(out)
+    assert said["exit_code"] == 4 and says in said["error"] and str(path) in said["error"]
 
 
 def test_a_symlinked_record_is_refused(tmp_path: Path,
@@ -146,12 +151,12 @@ def test_a_symlinked_record_is_refused(tmp_path: Path,
     (directory / RECORD_FILE).rename(real)
     (directory / RECORD_FILE).symlink_to(real)
     code, _, err = run(capsys, str(directory))
-    assert code == 1 and str(directory / RECORD_FILE) in err
+    assert code == 4 and str(directory / RECORD_FILE) in err
 
 
 def test_not_a_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(capsys, str(tmp_path / "gone"))
-    assert code == 1 and "not a checkpoint directory" in err
+    assert code == 4 and "not a checkpoint directory" in err
 
 
 # -- --here ------------------------------------------------------------------------------

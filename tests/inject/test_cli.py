@@ -140,3 +140,23 @@ def test_another_vendors_device_gets_none_of_the_nvidia_profile(
                  "--device", "example.com/gpu=0", "--library-dir", "/opt/example/lib"]) == 0
     env = json.loads((bundle / "config.json").read_text())["process"]["env"]
     assert "LD_LIBRARY_PATH=/opt/example/lib" in env
+
+
+def test_json_says_what_was_done_and_errors_as_json(setup: tuple[Path, Path],
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    bundle, spec_dir = setup
+    base = ["inject", "--bundle", str(bundle), "--spec-dir", str(spec_dir), "--json"]
+    assert main([*base, "--device", "nvidia.com/gpu=0", "--dry-run"]) == 0
+    planned = json.loads(capsys.readouterr().out)
+    assert planned["written"] is False and planned["config_changed"] is True
+    assert planned["diff"].startswith("--- a/config.json")
+    assert any(link["path"] == "/usr/local/nvidia/lib64/libcuda.so.1"
+               and link["target"] == "libcuda.so.580.65.06" for link in planned["links"])
+    assert main([*base, "--device", "nvidia.com/gpu=0"]) == 0
+    done = json.loads(capsys.readouterr().out)
+    assert done["written"] is True and done["devices"] == ["nvidia.com/gpu=0"]
+    assert "diff" not in done
+    assert main([*base, "--device", "nvidia.com/gpu=9"]) == 1
+    out, err = capsys.readouterr()
+    said = json.loads(out)
+    assert said["exit_code"] == 1 and "nvidia.com/gpu=9" in said["error"] and err == ""

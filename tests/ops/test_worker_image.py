@@ -239,16 +239,17 @@ def test_ateom_doctor_runs_in_the_worker(worker: Worker) -> None:
     done = worker.exec("ateom", "doctor", "--json")
     assert done.returncode in (0, 1), done.stderr  # 1: a check failed; anything else: a crash
     checks = {c["name"]: c["status"] for c in json.loads(done.stdout)["checks"]}
-    assert checks["runsc"] == checks["user-namespaces"] == checks["runsc-nvproxy"] == "PASS"
-    assert checks["runsc-cgroups"] == checks["runsc-network"] == "PASS"
+    assert checks["runsc"] == checks["user-namespaces"] == checks["runsc-nvproxy"] == \
+        "DOCTOR_STATUS_PASS"
+    assert checks["runsc-cgroups"] == checks["runsc-network"] == "DOCTOR_STATUS_PASS"
     # No GPU on this machine: the doctor says so instead of passing.
-    assert checks["gpu-nodes"] == "FAIL"
+    assert checks["gpu-nodes"] == "DOCTOR_STATUS_FAIL"
     # The container runtime gave the worker cgroupfs read-only: without the manifest's
     # --ignore-cgroups every Run would fail, and the doctor says so.
     done = worker.podman("exec", "--env", "ATEOM_RUNSC_GLOBAL_FLAGS=--network=none",
                          worker.name, "ateom", "doctor", "--json", check=False)
     [cgroups] = [c for c in json.loads(done.stdout)["checks"] if c["name"] == "runsc-cgroups"]
-    assert cgroups["status"] == "FAIL" and "read-only" in cgroups["summary"], cgroups
+    assert cgroups["status"] == "DOCTOR_STATUS_FAIL" and "read-only" in cgroups["summary"], cgroups
 
 
 def test_the_worker_drains_on_sigterm_terminating_what_it_hosts(worker: Worker) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -39,6 +39,8 @@ from ateom.settings import (
     TOOLKIT_DIR_ENV,
     GpuSettings,
     NodeSettings,
+    as_typed,
+    parse_placement,
 )
 
 DEFAULT_SOCKET = "/run/ateom/ateom.sock"
@@ -168,12 +170,27 @@ _FLAGS: tuple[tuple[str, str, str, object, str], ...] = (
 )
 
 
+# Flags without which the daemon does not start (`check_config` says so).
+_REQUIRED = ("--actors-root",)
+
+
+def _default_note(flag: str, kind: str, default: object) -> str:
+    """``required`` or ``default <value>``, the value as a person writes it in the flag
+    or its twin (``/etc/cdi:/var/run/cdi``, ``none``), not as Python's repr."""
+    if flag in _REQUIRED:
+        return "required"
+    if isinstance(default, tuple):
+        shown = (":" if kind == "list-colon" else " ").join(default)
+    else:
+        shown = str(default)
+    return f"default {shown or 'none'}"
+
+
 def add_flags(parser: argparse.ArgumentParser) -> None:
     """Add every serve flag; defaults are left None so `from_args` can apply env twins."""
     for flag, env, kind, default, help_text in _FLAGS:
-        kw: dict[str, object] = {
-            "default": None, "help": f"{help_text} [${env}; default {default!r}]"
-        }
+        note = _default_note(flag, kind, default)
+        kw: dict[str, object] = {"default": None, "help": f"{help_text} [${env}; {note}]"}
         if kind.startswith("list"):
             kw["action"] = "append"
         elif kind == "int":
@@ -220,10 +237,12 @@ def from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None
     reader every CLI shares; the flags given go on top."""
     environ = os.environ if environ is None else environ
     values: dict[str, object] = {}
+    typed: dict[str, str] = {}  # flag -> how the user gave it, for errors: --flag or $ENV
     settings_flags = {**_NODE_FLAGS, **_GPU_FLAGS, **_NVPROXY_FLAGS}
     for flag, env, kind, default, _ in _FLAGS:
         attr = flag[2:].replace("-", "_")
         given = getattr(args, attr, None)
+        typed[flag] = f"${env}" if given is None and env in environ else flag
         if given is not None:
             value: object = tuple(given) if kind.startswith("list") else given
         elif attr in settings_flags:
@@ -244,7 +263,7 @@ def from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None
     gpu = replace(gpu, nvproxy=nvproxy, **flags_for(_GPU_FLAGS))
     config = DaemonConfig(**values, node=node, gpu=gpu,  # type: ignore[arg-type]
                           env=dict(environ))
-    return check_config(config)
+    return check_config(config, typed.get)
 
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -254,44 +273,56 @@ SOCKET_PATH_MAX = 107
 _SAFE_COMPONENT = re.compile(r"^[A-Za-z0-9._-]{1,63}$")
 
 
-def check_config(config: DaemonConfig) -> DaemonConfig:
-    """Reject configs the daemon cannot serve with (pure)."""
+def check_config(config: DaemonConfig,
+                 typed: Callable[[str], str | None] = lambda flag: None) -> DaemonConfig:
+    """Reject configs the daemon cannot serve with (pure). `typed(flag)` is how the
+    user gave a flag (``$ATEOM_MAX_ACTORS`` for its twin; None: as the flag), so
+    each error names what they wrote."""
 
     def bad(msg: str) -> AteomError:
         return AteomError(msg, code=ErrorCode.INVALID_ARGUMENT)
 
+    def said(flag: str, value: object) -> str:
+        return as_typed(typed(flag) or flag, value)
+
     if not config.actors_root:
         raise bad("--actors-root (or $ATEOM_ACTORS_ROOT) is required")
     if not os.path.isabs(config.actors_root):
-        raise bad(f"--actors-root {config.actors_root!r}: must be an absolute path")
+        raise bad(f"{said('--actors-root', config.actors_root)}: must be an absolute path")
     if config.max_actors < 1:
-        raise bad(f"--max-actors {config.max_actors}: must be >= 1")
-    if config.shutdown_grace < 0 or config.kill_grace < 0:
-        raise bad("--shutdown-grace and --kill-grace must be >= 0")
+        raise bad(f"{said('--max-actors', config.max_actors)}: must be >= 1")
+    for flag, grace in (("--shutdown-grace", config.shutdown_grace),
+                        ("--kill-grace", config.kill_grace)):
+        if grace < 0:
+            raise bad(f"{said(flag, grace)}: must be >= 0")
     if config.log_format not in ("json", "console"):
-        raise bad(f"--log-format {config.log_format!r}: must be json or console")
+        raise bad(f"{said('--log-format', config.log_format)}: must be json or console")
     if config.log_level.lower() not in LOG_LEVELS:
-        raise bad(f"--log-level {config.log_level!r}: must be one of {', '.join(LOG_LEVELS)}")
+        raise bad(f"{said('--log-level', config.log_level)}: must be one of"
+                  f" {', '.join(LOG_LEVELS)}")
     if config.runsc_timeout <= 0:
-        raise bad(f"--runsc-timeout {config.runsc_timeout}: must be > 0")
+        raise bad(f"{said('--runsc-timeout', config.runsc_timeout)}: must be > 0")
     gpu = config.gpu
-    gpu.placement_settings  # noqa: B018 -- INVALID_ARGUMENT naming --gpu-placement
+    parse_placement(gpu.placement, field=typed("--gpu-placement") or "--gpu-placement")
     if gpu.cuda_checkpoint_timeout <= 0:
-        raise bad(f"--cuda-checkpoint-timeout {gpu.cuda_checkpoint_timeout}: must be > 0")
+        raise bad(f"{said('--cuda-checkpoint-timeout', gpu.cuda_checkpoint_timeout)}:"
+                  " must be > 0")
     if gpu.cuda_checkpoint and not os.path.isabs(gpu.cuda_checkpoint):
-        raise bad(f"--cuda-checkpoint {gpu.cuda_checkpoint!r}: must be an absolute path")
-    if config.lock_wait < 0 or config.log_retention < 0:
-        raise bad("--lock-wait and --log-retention must be >= 0")
+        raise bad(f"{said('--cuda-checkpoint', gpu.cuda_checkpoint)}: must be an absolute path")
+    for flag, wait in (("--lock-wait", config.lock_wait),
+                       ("--log-retention", config.log_retention)):
+        if wait < 0:
+            raise bad(f"{said(flag, wait)}: must be >= 0")
     if config.log_max_bytes < 4096:
-        raise bad(f"--log-max-bytes {config.log_max_bytes}: must be at least 4096")
+        raise bad(f"{said('--log-max-bytes', config.log_max_bytes)}: must be at least 4096")
     if not _SAFE_COMPONENT.match(config.pause_container) or set(config.pause_container) == {"."}:
-        raise bad(f"--pause-container {config.pause_container!r}: must be one path component"
-                  " of letters, digits, '.', '_' or '-'")
+        raise bad(f"{said('--pause-container', config.pause_container)}: must be one path"
+                  " component of letters, digits, '.', '_' or '-'")
     if not config.socket:
-        raise bad("--socket: must not be empty")
+        raise bad(f"{typed('--socket') or '--socket'}: must not be empty")
     if len(os.fsencode(config.socket)) > SOCKET_PATH_MAX:
-        raise bad(f"--socket {config.socket}: {len(os.fsencode(config.socket))} bytes; a unix"
-                  f" socket's path is at most {SOCKET_PATH_MAX}")
+        raise bad(f"{said('--socket', config.socket)}: {len(os.fsencode(config.socket))} bytes;"
+                  f" a unix socket's path is at most {SOCKET_PATH_MAX}")
     if config.runsc_dir and not os.path.isabs(config.runsc_dir):
-        raise bad(f"--runsc-dir {config.runsc_dir!r}: must be an absolute path")
+        raise bad(f"{said('--runsc-dir', config.runsc_dir)}: must be an absolute path")
     return config

@@ -35,6 +35,7 @@ from ateom.daemon.lifecycle.config import DaemonConfig
 from ateom.daemon.lifecycle.service import AteomService
 from ateom.daemon.rpc.handler import rpc
 from ateom.doctor import DoctorConfig, Report, run_doctor
+from ateom.doctor.report import wire_status
 from ateom.errors import AteomError, ErrorCode
 from ateom.gpuinfo.compat import runsc_remaps_gpus
 from ateom.gpuinfo.placement import PlacementSnapshot
@@ -202,20 +203,12 @@ class Inspector:
 
 # -- wire ---------------------------------------------------------------------
 
-_DOCTOR_STATUS = {
-    "PASS": pb.DOCTOR_STATUS_PASS,
-    "WARN": pb.DOCTOR_STATUS_WARN,
-    "FAIL": pb.DOCTOR_STATUS_FAIL,
-    "SKIP": pb.DOCTOR_STATUS_SKIP,
-}
-
-
 def doctor_response(report: Report) -> pb.DoctorResponse:
     """A doctor report -> wire (pure): the checks `ateom doctor --json` prints."""
     return pb.DoctorResponse(
         ok=report.ok,
         checks=[
-            pb.DoctorCheck(name=r.name, status=_DOCTOR_STATUS[r.status.value],
+            pb.DoctorCheck(name=r.name, status=pb.DoctorStatus.Value(wire_status(r.status)),
                            summary=r.summary, fix=r.fix, details=list(r.details))
             for r in report.results
         ],

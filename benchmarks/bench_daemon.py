@@ -68,6 +68,7 @@ from ateom.runsc.probe import probe_runsc
 from tests.support import build_busybox_bundle, build_fake_driver_libs, write_sim_gpu_spec
 
 RUNSC = shutil.which("runsc") or "/usr/bin/runsc"
+SERVING_WAIT = 60.0  # serve to SERVING takes about a second here; a bound, not a figure
 FLAGS = ["--network=none", "--ignore-cgroups"]
 SHIM = """#!/bin/sh
 if [ "$1" = flags ]; then {real} flags 2>&1; printf '  -nvproxy\\n    \\tshim\\n'; exit 0; fi
@@ -163,10 +164,14 @@ class Bench:
     def __init__(self, base: Path, fixture: Path | None) -> None:
         self.base = base
         self.actors = base / "actors"
+        self.actors.mkdir(parents=True)  # the node agent's volume: SERVING needs it
         self.run_dir = base / "run"
         self.sock = self.run_dir / "ateom.sock"
         (base / "dev").mkdir(parents=True)
-        (base / "dev" / "nvidia0").touch()
+        # The Pod's GPU and the control nodes nvproxy opens (a GPU actor is refused
+        # without them): stand-ins, as the fixture's spec points its nodes elsewhere.
+        for node in ("nvidia0", "nvidiactl", "nvidia-uvm"):
+            (base / "dev" / node).touch()
         if fixture is not None:
             self.spec_dir = fixture / "cdi"
         else:
@@ -207,7 +212,11 @@ class Bench:
             os.close(fd)
         # A gRPC channel that failed to connect backs off for ~1 s before it
         # retries, so wait for the socket first and use a fresh channel per try.
+        deadline = started + SERVING_WAIT
         while True:
+            if time.perf_counter() > deadline:
+                raise SystemExit(f"daemon not SERVING after {SERVING_WAIT:.0f} s (not_ready"
+                                 f" says why): see {self.base / 'daemon.log'}")
             if self.reaper.wait(self.daemon, timeout=0) is not None:
                 raise SystemExit(f"daemon died: see {self.base / 'daemon.log'}")
             if self.sock.exists():

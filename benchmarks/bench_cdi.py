@@ -3,10 +3,11 @@
 
     python benchmarks/bench_cdi.py [FIXTURE_DIR] [--repeat N]
 
-FIXTURE_DIR is the output of ``../shared/bench/make_gpu_fixture.py OUT --gpus 8
---libs 40``, so figures compare across the project's history; omitted, one is
-built into a temporary directory (with that builder where the shared material
-sits beside the clone, else an 8-GPU, 40-library one with tests.support). Prints min/median/p99 for:
+FIXTURE_DIR is the output of ``benchmarks/gpu_fixture.py OUT --gpus 8 --libs 40``
+(or of the shared builder of the same shape, ``../shared/bench/make_gpu_fixture.py``,
+which the recorded figures used); omitted, one is built into a temporary directory
+(with the shared builder where it sits beside the clone, so figures compare across
+the project's history, else with gpu_fixture.py). Prints min/median/p99 for:
 
 - load+validate: `load_spec` on cdi/nvidia.json (read, decode, JSON Schema,
   build, semantic rules);
@@ -86,7 +87,7 @@ def run(fixture: Path, repeat: int) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("fixture", nargs="?", type=Path, help="make_gpu_fixture.py output dir")
+    parser.add_argument("fixture", nargs="?", type=Path, help="gpu_fixture.py output dir")
     parser.add_argument("--repeat", type=int, default=500)
     args = parser.parse_args()
     if args.fixture is not None:
@@ -100,22 +101,13 @@ def main() -> int:
                 check=True,
                 stdout=subprocess.DEVNULL,
             )
-        else:  # a clone on its own: an 8-GPU spec of the same shape, from tests.support
-            build_own_fixture(out)
+        else:  # a clone on its own: an 8-GPU spec of the same shape (gpu_fixture.py)
+            from gpu_fixture import build_fixture
+
+            build_fixture(out, gpus=8, libs=40)
+            print("fixture: benchmarks/gpu_fixture.py (no ../shared/bench beside this clone)")
         run(out, args.repeat)
     return 0
-
-
-def build_own_fixture(out: Path) -> None:
-    """An 8-GPU nvidia-ctk-shaped spec over 40 real ELF libraries (runs gcc)."""
-    sys.path.insert(0, str(REPO))
-    from tests.support import build_fake_driver_libs, write_sim_gpu_spec
-
-    extra = [(f"libnvidia-bench{i}.so.580.65.06", f"libnvidia-bench{i}.so.1")
-             for i in range(38)]
-    libs = build_fake_driver_libs(out / "driver" / "lib64", extra=extra)
-    write_sim_gpu_spec(out / "cdi", libs, gpus=8)
-    print("fixture: built with tests.support (no ../shared/bench beside this clone)")
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -5,8 +5,8 @@
 
 The demo actor: a sandbox root `_pause` plus one app container (busybox),
 given every GPU of the fixture's CDI spec (--fixture: the output of
-``python3 ../shared/bench/make_gpu_fixture.py OUT --gpus 8 --libs 40``;
-without it, a 2-GPU simulated spec is built). Debian's runsc has no
+``python benchmarks/gpu_fixture.py OUT --gpus 8 --libs 40``, or of the shared builder
+of the same shape; without it, a 2-GPU simulated spec is built). Debian's runsc has no
 --nvproxy, so both sides go through the same shim, which drops the flag.
 
 Side by side, n times each, fresh actor every time, the two sides' order
@@ -420,7 +420,7 @@ def _median_ms(values: list[float]) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--fixture", type=Path, help="make_gpu_fixture.py output directory")
+    parser.add_argument("--fixture", type=Path, help="gpu_fixture.py output directory")
     parser.add_argument("-n", type=int, default=5, help="iterations per figure")
     parser.add_argument("--only", action="append", choices=FIGURES,
                         help="measure only this figure (repeatable; default: all)")

@@ -16,8 +16,9 @@ With --cold the SONAME cache is
 emptied before each op too. Prints one JSON line:
 {"n":..., "min_us":..., "median_us":..., "p99_us":...}.
 
-Fixture: python3 ../shared/bench/make_gpu_fixture.py OUT --gpus 8 --libs 40
-then --bundle OUT/bundle --spec-dir OUT/cdi --device nvidia.com/gpu=all.
+Fixture: python benchmarks/gpu_fixture.py OUT --gpus 8 --libs 40, then --bundle
+OUT/bundle --spec-dir OUT/cdi --device nvidia.com/gpu=all. DIR/config.json.orig is made
+from DIR/config.json on the first run when the bundle has none.
 """
 
 from __future__ import annotations
@@ -95,7 +96,10 @@ def main(argv: list[str] | None = None) -> int:
     # Dropped hooks are logged on every op; the benchmark measures the work, not the console.
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
     bundle = os.path.abspath(a.bundle)
-    with open(os.path.join(bundle, "config.json.orig"), "rb") as f:
+    orig = os.path.join(bundle, "config.json.orig")
+    if not os.path.exists(orig):  # a bundle as unpacked: its config.json is the pristine one
+        shutil.copyfile(os.path.join(bundle, "config.json"), orig)
+    with open(orig, "rb") as f:
         pristine = f.read()
     rootfs = os.path.join(bundle, json.loads(pristine).get("root", {}).get("path", "rootfs"))
     registry = Registry.load(a.spec_dir)
@@ -109,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         # Restoring to a rootfs that already holds the links would time an op
         # that stages nothing: figures would not compare with a fresh fixture.
         raise SystemExit(f"{rootfs} already holds SONAME links from an earlier injection "
-                         f"({stale[0]}, ...); rebuild the fixture with make_gpu_fixture.py --force")
+                         f"({stale[0]}, ...); rebuild the fixture (gpu_fixture.py into a new dir)")
     baseline = _created_paths(rootfs)
 
     pool = LinkPool(a.link_pool) if a.link_pool else None

@@ -21,8 +21,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 _PROGRAMS = re.compile(r"^(?:python3?|ateom|bash) ")
-# A flag as a page writes it: --spec-dir, -n (not a dash inside a word or a path).
-_FLAG = re.compile(r"(?<![\w/.-])(--?[A-Za-z][\w-]*)")
+# A flag as a page writes it: --spec-dir, -n (not a dash inside a word, a path or a value).
+_FLAG = re.compile(r"(?<![\w/.=-])(--?[A-Za-z][\w-]*)")
 _VERBS = "|".join(("cdi", "inject", "serve", "doctor", "health", "checkpoint-info"))
 
 

@@ -430,7 +430,7 @@ class GetStatusResponse(_message.Message):
     def __init__(self, version: _Optional[str] = ..., state: _Optional[str] = ..., actors: _Optional[_Iterable[_Union[HostedActor, _Mapping]]] = ..., gpu_present: _Optional[bool] = ..., cdi_spec_source: _Optional[str] = ..., runsc: _Optional[_Union[RunscStatus, _Mapping]] = ..., max_actors: _Optional[int] = ..., spec_dirs: _Optional[_Iterable[str]] = ..., gpu_placement: _Optional[str] = ..., gpus: _Optional[_Iterable[_Union[GpuHolders, _Mapping]]] = ..., not_ready: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class HostedActor(_message.Message):
-    __slots__ = ("actor_uid", "atespace", "actor_name", "phase", "containers", "devices", "sandbox_exited", "gpus", "checkpointable", "checkpoint_blocker", "exit_code", "exited_at_unix_nano")
+    __slots__ = ("actor_uid", "atespace", "actor_name", "phase", "containers", "devices", "sandbox_exited", "gpus", "checkpointable", "checkpoint_blocker", "exit_code", "exited_at_unix_nano", "in_progress")
     ACTOR_UID_FIELD_NUMBER: _ClassVar[int]
     ATESPACE_FIELD_NUMBER: _ClassVar[int]
     ACTOR_NAME_FIELD_NUMBER: _ClassVar[int]
@@ -443,6 +443,7 @@ class HostedActor(_message.Message):
     CHECKPOINT_BLOCKER_FIELD_NUMBER: _ClassVar[int]
     EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
     EXITED_AT_UNIX_NANO_FIELD_NUMBER: _ClassVar[int]
+    IN_PROGRESS_FIELD_NUMBER: _ClassVar[int]
     actor_uid: str
     atespace: str
     actor_name: str
@@ -455,7 +456,22 @@ class HostedActor(_message.Message):
     checkpoint_blocker: str
     exit_code: int
     exited_at_unix_nano: int
-    def __init__(self, actor_uid: _Optional[str] = ..., atespace: _Optional[str] = ..., actor_name: _Optional[str] = ..., phase: _Optional[str] = ..., containers: _Optional[_Iterable[str]] = ..., devices: _Optional[_Iterable[str]] = ..., sandbox_exited: _Optional[bool] = ..., gpus: _Optional[_Iterable[str]] = ..., checkpointable: _Optional[bool] = ..., checkpoint_blocker: _Optional[str] = ..., exit_code: _Optional[int] = ..., exited_at_unix_nano: _Optional[int] = ...) -> None: ...
+    in_progress: _containers.RepeatedCompositeFieldContainer[PhaseProgress]
+    def __init__(self, actor_uid: _Optional[str] = ..., atespace: _Optional[str] = ..., actor_name: _Optional[str] = ..., phase: _Optional[str] = ..., containers: _Optional[_Iterable[str]] = ..., devices: _Optional[_Iterable[str]] = ..., sandbox_exited: _Optional[bool] = ..., gpus: _Optional[_Iterable[str]] = ..., checkpointable: _Optional[bool] = ..., checkpoint_blocker: _Optional[str] = ..., exit_code: _Optional[int] = ..., exited_at_unix_nano: _Optional[int] = ..., in_progress: _Optional[_Iterable[_Union[PhaseProgress, _Mapping]]] = ...) -> None: ...
+
+class PhaseProgress(_message.Message):
+    __slots__ = ("phase", "elapsed_seconds", "done_bytes", "expected_bytes", "bytes_per_second")
+    PHASE_FIELD_NUMBER: _ClassVar[int]
+    ELAPSED_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    DONE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    BYTES_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
+    phase: str
+    elapsed_seconds: float
+    done_bytes: int
+    expected_bytes: int
+    bytes_per_second: float
+    def __init__(self, phase: _Optional[str] = ..., elapsed_seconds: _Optional[float] = ..., done_bytes: _Optional[int] = ..., expected_bytes: _Optional[int] = ..., bytes_per_second: _Optional[float] = ...) -> None: ...
 
 class RunscStatus(_message.Message):
     __slots__ = ("path", "version", "supports_nvproxy", "gpu_checkpoint", "gpu_remap", "error")

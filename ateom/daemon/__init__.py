@@ -8,8 +8,8 @@ import-graph test holds every package of ateom to a layering without cycles):
    (pure checks), `deadline` (how long the caller waits), `phases` (the timed
    steps every log line and metric goes through), `refusals` (requests turned
    down on purpose, as countable events), `sandbox_exits` (sandboxes that ended
-   unasked, as countable events), `answer` (work that waits until the caller
-   has its answer).
+   unasked, as countable events), `progress` (what a long phase is doing while
+   it runs), `answer` (work that waits until the caller has its answer).
 2. `bundles`: what each of an actor's OCI bundles becomes — `devices` (which
    CDI devices a container gets; **where a GPU enters the sandbox**: the one
    gVisor resolve step, `resolve_for_gvisor`), `catalog` (the CDI specs this

@@ -16,6 +16,7 @@ from ateom.daemon.actors import stats
 from ateom.daemon.actors.table import Actor
 from ateom.daemon.calls import sandbox_exits
 from ateom.daemon.calls.phases import phase
+from ateom.daemon.calls.progress import progress
 from ateom.daemon.calls.requests import CheckpointResult
 from ateom.daemon.gpus import compat_record
 from ateom.daemon.gpus.lifecycle import GpuActors, GpuSave
@@ -43,7 +44,7 @@ class Checkpoints:
         with phase("gpu.prepare"):
             gpu = self.gpus.prepare_save(actor)
         with phase("image.room"):
-            self._check_room(actor, image, gpu)
+            expected = self._check_room(actor, image, gpu)
         with phase("image.prepare"):
             save.make_image_dir(image)
 
@@ -56,10 +57,14 @@ class Checkpoints:
             stopped.hold()
 
         try:
-            files = save.save(
-                sandbox, image, uid, beneath=beneath, flags=gpu.flags if gpu else (),
-                timeout=self.config.gpu.cuda_checkpoint_timeout if gpu else None,
-                while_saving=while_runsc_saves, reaped=lambda: actor.sandbox_exit is not None)
+            with progress("checkpoint", uid, measure=lambda: save.image_size(image),
+                          expected_bytes=expected, containers=list(actor.containers),
+                          gpus=len(gpu.record.gpus) if gpu else 0, image=image):
+                files = save.save(
+                    sandbox, image, uid, beneath=beneath, flags=gpu.flags if gpu else (),
+                    timeout=self.config.gpu.cuda_checkpoint_timeout if gpu else None,
+                    while_saving=while_runsc_saves,
+                    reaped=lambda: actor.sandbox_exit is not None)
             if record is not None:
                 files = record.commit(files)
         except save.SaveRefused:
@@ -74,11 +79,12 @@ class Checkpoints:
         log.info("actor_checkpointed", files=list(files), gpu=gpu is not None)
         return CheckpointResult(files)
 
-    def _check_room(self, actor: Actor, image: str, gpu: GpuSave | None) -> None:
+    def _check_room(self, actor: Actor, image: str, gpu: GpuSave | None) -> int:
         """Refuse (RESOURCE_EXHAUSTED) a checkpoint whose image cannot fit in the
         checkpoint dir's filesystem: the actor's memory from runsc's stats, and for
         a GPU actor the device memory its sandbox holds (runs runsc; nvidia-smi only
-        when the disk has less room than every byte of the actor's GPUs would need)."""
+        when the disk has less room than every byte of the actor's GPUs would need).
+        The image's expected size: that memory (the device memory when it was asked)."""
         uid = actor.ref.actor_uid
         memory = stats.memory_in_use(actor, uid)
         gpu_memory = 0
@@ -87,13 +93,14 @@ class Checkpoints:
             with contextlib.suppress(OSError):  # `check_room` below says why
                 if bound is not None and \
                         save.free_bytes(image)[0] >= save.image_bytes_needed(memory, bound):
-                    return  # fits even with every GPU byte in the image
+                    return memory  # fits even with every GPU byte in the image
             gpu_memory = self.gpus.device_memory(actor)
         what = f"memory {memory / save.MiB:.1f} MiB"
         if gpu_memory:
             what += f" + GPU memory {gpu_memory / save.MiB:.1f} MiB"
         what += " + margin"
         save.check_room(image, save.image_bytes_needed(memory, gpu_memory), uid, what=what)
+        return memory + gpu_memory
 
 
 def _undo(record: compat_record.RecordWrite | None, stopped: StoppedSandbox) -> None:

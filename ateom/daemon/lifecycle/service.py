@@ -36,6 +36,7 @@ from ateom.daemon.bundles.plan import CdiInjector, Injector, SandboxPlan, Sandbo
 from ateom.daemon.bundles.store import BundleStore
 from ateom.daemon.calls import sandbox_exits, validation
 from ateom.daemon.calls.phases import phase
+from ateom.daemon.calls.progress import progress
 from ateom.daemon.calls.requests import (
     ActorRef,
     CheckpointRequest,
@@ -53,10 +54,12 @@ from ateom.daemon.lifecycle.config import DaemonConfig
 from ateom.daemon.lifecycle.release import Releases
 from ateom.daemon.sandbox import save
 from ateom.daemon.sandbox.janitor import LogJanitor
+from ateom.daemon.sandbox.teardown import sandbox_processes
 from ateom.errors import AteomError, ErrorCode, quote
 from ateom.gpuinfo.nvidia_ctk import SpecGenerator
 from ateom.gpuinfo.nvproxy import DeviceView
 from ateom.gpuinfo.placement import PlacementSnapshot
+from ateom.process.proc_io import bytes_read
 from ateom.process.reaper import Reaper, default_reaper
 from ateom.runsc.commands import RunscError
 from ateom.runsc.probe import PROBE_TIMEOUT, RunscInfo, probe_runsc
@@ -165,9 +168,18 @@ class AteomService:
                                          tools=self.gpus.tools(view), cpu_milli=req.cpu_milli,
                                          memory_bytes=req.memory_bytes)
                 self.gpus.check_control_nodes(uid, plan.gpu, op.value)
-            self.hosting.host(actor, plan, self.hosting.runsc_for(uid, info, gpu=plan.gpu), image)
-            if image is not None and discard_image:
-                save.discard(image, beneath=self.config.actors_root)
+            runsc = self.hosting.runsc_for(uid, info, gpu=plan.gpu)
+            if image is None:
+                self.hosting.host(actor, plan, runsc, None)
+            else:
+                # What the restoring sandbox has read of the image, as its processes count it.
+                root = runsc.target.root
+                with progress("restore", uid, expected_bytes=save.image_size(image),
+                              measure=lambda: bytes_read(sandbox_processes(root)),
+                              containers=list(plan.container_names), image=image):
+                    self.hosting.host(actor, plan, runsc, image)
+                if discard_image:
+                    save.discard(image, beneath=self.config.actors_root, uid=uid)
             return plan
         except BaseException:
             self.gpus.give_back(uid)

@@ -27,7 +27,7 @@ from ateom.daemon.actors.table import ActorTable
 from ateom.daemon.bundles import devices
 from ateom.daemon.bundles.catalog import DeviceCatalog
 from ateom.daemon.bundles.plan import Injector, read_bundle_config
-from ateom.daemon.calls import validation
+from ateom.daemon.calls import progress, validation
 from ateom.daemon.calls.requests import ActorRef
 from ateom.daemon.gpus.checkpoint_policy import runsc_saves_gpu_state
 from ateom.daemon.gpus.lifecycle import GpuActors
@@ -56,6 +56,7 @@ class ActorStatus:
     checkpoint_blocker: str = ""  # "" when a Checkpoint would be tried now
     exit_code: int = 0  # when sandbox_exited (negative: killed by that signal)
     exited_at_unix_nano: int = 0
+    in_progress: tuple[progress.Running, ...] = ()  # its long phases now
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +116,7 @@ class Inspector:
     def actors_now(self) -> tuple[ActorStatus, ...]:
         """Each hosted actor, its GPUs, and whether it could be checkpointed now."""
         out = []
+        running = progress.running()
         for a in self.actors.snapshot():
             try:
                 blocker = self.gpus.blocker(a)
@@ -127,7 +129,9 @@ class Inspector:
                                    a.sandbox_exit is not None,
                                    self.gpus.pool.held_by(a.ref.actor_uid), why,
                                    exit_code=a.sandbox_exit or 0,
-                                   exited_at_unix_nano=a.exited_at_unix_nano))
+                                   exited_at_unix_nano=a.exited_at_unix_nano,
+                                   in_progress=tuple(r for r in running
+                                                     if r.actor_uid == a.ref.actor_uid)))
         return tuple(out)
 
     def status(self) -> DaemonStatus:
@@ -222,7 +226,14 @@ def hosted_actor(a: ActorStatus) -> pb.HostedActor:
                           sandbox_exited=a.sandbox_exited, gpus=list(a.gpus),
                           checkpointable=not a.checkpoint_blocker,
                           checkpoint_blocker=a.checkpoint_blocker, exit_code=a.exit_code,
-                          exited_at_unix_nano=a.exited_at_unix_nano)
+                          exited_at_unix_nano=a.exited_at_unix_nano,
+                          in_progress=[phase_progress(r) for r in a.in_progress])
+
+
+def phase_progress(r: progress.Running) -> pb.PhaseProgress:
+    return pb.PhaseProgress(phase=r.phase, elapsed_seconds=round(r.elapsed, 3),
+                            done_bytes=r.done_bytes, expected_bytes=r.expected_bytes,
+                            bytes_per_second=round(r.bytes_per_second, 1))
 
 
 def gpu_holders(snapshot: PlacementSnapshot | None) -> list[pb.GpuHolders]:

@@ -15,10 +15,11 @@ methods match exactly:
 - ``ateom.daemon.calls.sandbox_exits.SANDBOX_EXIT_OBSERVERS``:
   ``metrics.observe_sandbox_exit(cause)``;
 
-(`attach_to_daemon` appends all four), and reads three things at scrape
+(`attach_to_daemon` appends all four), and reads four things at scrape
 time, so no code path has to remember to update them: the hosted-actor count
-(`track_hosted_actors`), the injector's SONAME cache (`track_soname_cache`)
-and who holds which GPU (`track_placement`).
+(`track_hosted_actors`), the injector's SONAME cache (`track_soname_cache`),
+who holds which GPU (`track_placement`) and the long phases running now with how
+far they are (`track_progress`, from ``ateom.daemon.calls.progress``).
 Exposition is off unless the daemon calls `start_metrics_server`
 (``--metrics-listen``).
 """
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator, Sized
+from collections.abc import Callable, Iterable, Iterator, Sized
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -49,7 +50,7 @@ from prometheus_client.exposition import start_http_server
 from prometheus_client.registry import Collector
 
 from ateom import __version__
-from ateom.daemon.calls import phases, refusals, sandbox_exits
+from ateom.daemon.calls import phases, progress, refusals, sandbox_exits
 from ateom.daemon.rpc import handler
 from ateom.errors import AteomError, ErrorCode
 from ateom.gpuinfo.placement import PlacementSnapshot
@@ -256,6 +257,11 @@ class Metrics:
         holder series)."""
         self.registry.register(_PlacementCollector(snapshot, policy))
 
+    def track_progress(self, running: Callable[[], Iterable[progress.Running]]) -> None:
+        """Expose the long phases running now (checkpoint, restore, image.remove) by
+        phase: how many, their bytes so far and the longest one's elapsed time."""
+        self.registry.register(_ProgressCollector(running))
+
     def scrape(self) -> bytes:
         """The Prometheus text exposition of this registry, as a scraper would get it."""
         return generate_latest(self.registry)
@@ -311,6 +317,37 @@ class _PlacementCollector(Collector):
         info.add_metric([str(snap.settings) if snap is not None else self._policy], 1)
         yield holders
         yield info
+
+
+class _ProgressCollector(Collector):
+    """The long phases running now, by phase, read when scraped."""
+
+    def __init__(self, running: Callable[[], Iterable[progress.Running]]) -> None:
+        self._running = running
+
+    def collect(self) -> Iterator[Metric]:
+        count = GaugeMetricFamily(
+            f"{NAMESPACE}_phases_running",
+            "Long phases running now (checkpoint, restore, image.remove), by phase.",
+            labels=["phase"])
+        done = GaugeMetricFamily(
+            f"{NAMESPACE}_phase_running_bytes",
+            "Bytes the long phases running now have written, read or removed so far.",
+            labels=["phase"])
+        longest = GaugeMetricFamily(
+            f"{NAMESPACE}_phase_running_seconds",
+            "How long the longest-running of these phases has run, by phase.",
+            labels=["phase"])
+        by_phase: dict[str, list[progress.Running]] = {}
+        for r in self._running():
+            by_phase.setdefault(r.phase, []).append(r)
+        for name, runs in sorted(by_phase.items()):
+            count.add_metric([name], len(runs))
+            done.add_metric([name], sum(max(r.done_bytes, 0) for r in runs))
+            longest.add_metric([name], max(r.elapsed for r in runs))
+        yield count
+        yield done
+        yield longest
 
 
 def attach_to_daemon(metrics: Metrics) -> Callable[[], None]:
@@ -421,6 +458,7 @@ def start_daemon_metrics(host_port: str, service: HostsActors) -> MetricsServer:
     metrics.track_hosted_actors(lambda: len(service.actors))
     metrics.track_placement(lambda: service.placement_snapshot(), service.placement_policy)
     metrics.track_soname_cache(DEFAULT_SONAME_CACHE)
+    metrics.track_progress(progress.running)
     detach = attach_to_daemon(metrics)
     try:
         server = start_metrics_server(host_port, metrics)

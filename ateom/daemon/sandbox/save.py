@@ -29,6 +29,7 @@ import structlog
 from ateom import safefs
 from ateom.daemon.calls.answer import after_answer
 from ateom.daemon.calls.phases import phase
+from ateom.daemon.calls.progress import progress
 from ateom.daemon.sandbox.boot import Sandbox
 from ateom.errors import AteomError, ErrorCode, quote
 from ateom.process.exits import exiting, wait_exited
@@ -92,16 +93,23 @@ def set_aside(image: str, *, beneath: str) -> bool:
     return True
 
 
-def remove_set_aside(image: str, *, beneath: str) -> None:
+def remove_set_aside(image: str, *, beneath: str, uid: str = "") -> None:
     """Remove every image set aside beside `image` (this restore's, and any a
     crashed daemon left), through its directory's fd walked from `beneath`;
-    never follows a symlink (shutil.rmtree refuses one)."""
+    never follows a symlink (shutil.rmtree refuses one). Its progress is told
+    for actor `uid` (a large image takes a while to remove)."""
     parent, name = os.path.split(os.path.normpath(image))
     prefix = _ASIDE.format(name=name)
     try:
         with safefs.open_dir(parent, beneath=beneath) as fd:
-            for entry in os.listdir(fd):
-                if entry.startswith(prefix):
+            aside = [e for e in os.listdir(fd) if e.startswith(prefix)]
+            if not aside:
+                return
+            paths = [os.path.join(parent, e) for e in aside]
+            size = sum(image_size(p) for p in paths)
+            with progress("image.remove", uid, expected_bytes=size, images=paths,
+                          measure=lambda: size - sum(image_size(p) for p in paths)):
+                for entry in aside:
                     shutil.rmtree(entry, dir_fd=fd, ignore_errors=True)
     except OSError:
         return  # the actor's dir went meanwhile: nothing left to remove
@@ -116,17 +124,22 @@ def _remove_in_place(image: str, *, beneath: str) -> None:
         return
 
 
-def discard(image: str, *, beneath: str) -> None:
-    """A consumed restore image: renamed aside now, removed once the call has its
-    answer (`calls.answer`); removed in place, now, when it cannot be renamed.
-    Everything through directory fds walked from `beneath` (--actors-root)."""
+def discard(image: str, *, beneath: str, uid: str = "") -> None:
+    """Actor `uid`'s consumed restore image: renamed aside now, removed once the call
+    has its answer (`calls.answer`); removed in place, now, when it cannot be
+    renamed. Everything through directory fds walked from `beneath` (--actors-root)."""
     with phase("image.discard"):
         if not set_aside(image, beneath=beneath):
             _remove_in_place(image, beneath=beneath)
             return
     after_answer(threading.Thread(target=remove_set_aside, args=(image,),
-                                  kwargs={"beneath": beneath}, name="discard-image",
-                                  daemon=True).start)
+                                  kwargs={"beneath": beneath, "uid": uid},
+                                  name="discard-image", daemon=True).start)
+
+
+def image_size(top: str) -> int:
+    """Bytes in the files under `top` (stats, never follows links; 0 when absent)."""
+    return sum(v[1] for v in file_versions(top).values())
 
 
 def file_versions(top: str) -> dict[str, FileVersion]:

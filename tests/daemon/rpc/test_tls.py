@@ -6,6 +6,7 @@ server's and a client's certificate, and a second CA that signs an impostor's.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -231,7 +232,10 @@ def test_ateom_serve_refuses_listen_without_tls(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=60, check=False,
         env={**os.environ, "ATEOM_TLS_KEY": "/k.pem"})
     assert done.returncode == 1, done.stderr
-    assert done.stderr.strip().endswith("missing --tls-cert, --tls-client-ca"), done.stderr
+    # Said as the JSON log's last line (the log had started).
+    fatal = json.loads(done.stdout.splitlines()[-1])
+    assert fatal["event"] == "serve_failed", done.stdout
+    assert fatal["error"].endswith("missing --tls-cert, --tls-client-ca"), fatal
     assert not (tmp_path / "s" / "a.sock").exists()
 
 

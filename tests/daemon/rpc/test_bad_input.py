@@ -182,7 +182,7 @@ def test_an_unparsable_request_is_logged_and_counted_like_any_refusal(
         assert err.details().startswith("ateom.RunWorkloadRequest: cannot parse the request")
     finally:
         handler.RPC_OBSERVERS.remove(observe)
-    assert seen == [("RunWorkload", "INVALID_ARGUMENT")]
+    assert seen == [("Ateom.RunWorkload", "INVALID_ARGUMENT")]
 
 
 def test_health_and_reflection_still_answer(daemon: tuple[RunningServer, grpc.Channel]) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ateom.cdi.model import Resolution
 from ateom.cdi.names import parse_qualified_name
@@ -111,23 +111,59 @@ def check_nvproxy_driver(info: RunscInfo, driver: str) -> None:
     )
 
 
+def gpu_node_path(minor: int) -> str:
+    """A GPU's device node, as the NVIDIA driver names it (``/dev/nvidia<minor>``)."""
+    return f"/dev/nvidia{minor}"
+
+
+def node_minor(path: str) -> int | None:
+    """The minor `path` names when it is a GPU node (``/dev/nvidia3`` -> 3), else None."""
+    prefix = gpu_node_path(0)[:-1]
+    rest = path.removeprefix(prefix)
+    return int(rest) if rest != path and rest.isdigit() else None
+
+
+def keep_saved_paths(resolution: Resolution, saved_paths: Mapping[str, str]) -> Resolution:
+    """`resolution` with each GPU node in `saved_paths` back at the path it was saved
+    at, its host node unchanged (pure).
+
+    A restore onto other GPUs than the saved ones: runsc validates a restore's
+    devices by container path against the checkpoint's ("Devices does not match
+    across checkpoint restore"), while nvproxy remaps the saved GPUs onto the
+    host nodes the restore spec points at, by minor. So the container keeps
+    ``/dev/nvidia<saved minor>`` and its host node is the target GPU's."""
+    if not saved_paths:
+        return resolution
+    steps = []
+    for step in resolution.steps:
+        nodes = tuple(
+            replace(n, path=saved_paths[n.path], host_path=n.host_path or n.path)
+            if n.path in saved_paths else n for n in step.edits.device_nodes)
+        steps.append(replace(step, edits=replace(step.edits, device_nodes=nodes))
+                     if nodes != step.edits.device_nodes else step)
+    return replace(resolution, steps=tuple(steps))
+
+
 @dataclass(frozen=True, slots=True)
 class DeviceView:
     """The devices an actor's containers choose among: the registry, whether the
     Pod has GPUs, the GPUs this actor was granted (what "the Pod's GPUs" means
-    for it), and per-container choices that replace the request's (a restore
-    puts each container back on the GPUs its checkpoint had)."""
+    for it), per-container choices that replace the request's (a restore puts
+    each container back on the GPUs its checkpoint had) and, for a restore onto
+    other GPUs, the container paths their nodes keep (`keep_saved_paths`)."""
 
     registry: Registry | None  # None when no container can get devices
     gpu_present: bool
     pod_default: tuple[str, ...]  # the actor's GPUs: the Pod's, or those it was granted
     pod_gpus: tuple[str, ...] = ()  # every whole GPU of the Pod
     per_container: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    saved_paths: Mapping[str, str] = field(default_factory=dict)  # target node -> saved
 
     def granted(self, names: Sequence[str],
-                per_container: Mapping[str, tuple[str, ...]] | None = None) -> DeviceView:
+                per_container: Mapping[str, tuple[str, ...]] | None = None,
+                saved_paths: Mapping[str, str] | None = None) -> DeviceView:
         return DeviceView(self.registry, self.gpu_present, tuple(names), self.pod_gpus,
-                          dict(per_container or {}))
+                          dict(per_container or {}), dict(saved_paths or {}))
 
 
 @dataclass(frozen=True, slots=True)

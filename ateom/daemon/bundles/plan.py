@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -31,7 +31,7 @@ from ateom.daemon.calls import validation
 from ateom.daemon.calls.phases import phase
 from ateom.daemon.calls.requests import ActorDirs, ContainerRequest, DevicePolicy
 from ateom.errors import AteomError, ErrorCode, quote
-from ateom.gpuinfo.nvproxy import DeviceView, GpuTools
+from ateom.gpuinfo.nvproxy import DeviceView, GpuTools, keep_saved_paths
 from ateom.gpuinfo.record import edits_digest as digest_of_edits
 from ateom.inject.injector import InjectionPlan, plan_injection, stage_links
 from ateom.inject.options import InjectOptions, gvisor_nvidia_options
@@ -106,6 +106,9 @@ class ContainerPlan:
 class SandboxPlan:
     containers: tuple[ContainerPlan, ...]  # sandbox root first
     gpu_tool: str = ""  # host cuda-checkpoint mounted into the GPU containers ("" none)
+    # A restore onto other GPUs: each target GPU's node -> the path the containers keep
+    # seeing it at (`keep_saved_paths`); empty when every GPU is at its own path.
+    saved_paths: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def gpu(self) -> bool:
@@ -202,7 +205,8 @@ class SandboxPlanner:
         plans = [self._container(ctx, self.pause, None, cpu_milli, memory_bytes)]
         plans += [self._container(ctx, c.name, c, 0, 0) for c in containers]
         gpu = any(c.devices for c in plans)
-        return SandboxPlan(tuple(plans), gpu_tool=tools.cuda_checkpoint if gpu else "")
+        return SandboxPlan(tuple(plans), gpu_tool=tools.cuda_checkpoint if gpu else "",
+                           saved_paths=dict(devices.saved_paths) if gpu else {})
 
     def _container(self, ctx: _Context, name: str, request: ContainerRequest | None,
                    cpu_milli: int, memory_bytes: int) -> ContainerPlan:
@@ -257,6 +261,7 @@ class SandboxPlanner:
         host facts)."""
         registry = ctx.devices.registry
         assert registry is not None
-        resolution = devices.resolve_for_gvisor(name, names, registry, ctx.info)
+        resolution = keep_saved_paths(devices.resolve_for_gvisor(name, names, registry, ctx.info),
+                                      ctx.devices.saved_paths)
         with phase("inject.plan", container=name):
             return self.injector.plan(bundle, resolution, config), resolution

@@ -23,7 +23,8 @@ or from before records) restores as it always did.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 import structlog
 
@@ -33,7 +34,8 @@ from ateom.daemon.calls.phases import phase
 from ateom.daemon.gpus.placement import GpuPool
 from ateom.daemon.sandbox.boot import Sandbox
 from ateom.gpuinfo.compat import check_restore, runsc_remaps_gpus
-from ateom.gpuinfo.nvproxy import GPU_KIND, gpu_index
+from ateom.gpuinfo.inventory import GpuFacts
+from ateom.gpuinfo.nvproxy import GPU_KIND, gpu_index, gpu_node_path, node_minor
 from ateom.gpuinfo.placement import (
     GpuRequest,
     PlacementRefused,
@@ -66,8 +68,20 @@ def record_for(sandbox: Sandbox, pool: GpuPool, info: RunscInfo, gpus: Sequence[
                   for c in plan.containers if c.devices]
     return build_record(runsc=RunscBuild.of_version(info.version),
                         driver_version=pool.worker().driver_version,
-                        gpus=pool.facts_of(gpus), containers=containers,
-                        nvproxy_capabilities=nvproxy_capabilities)
+                        gpus=[seen_as(g, plan.saved_paths) for g in pool.facts_of(gpus)],
+                        containers=containers, nvproxy_capabilities=nvproxy_capabilities)
+
+
+def seen_as(gpu: GpuFacts, saved_paths: Mapping[str, str]) -> GpuFacts:
+    """`gpu` with the minor its containers see it at: a sandbox restored onto other
+    GPUs keeps the node paths it was first saved with (runsc checks a restore's
+    devices by path), so its next restore must keep them too. The UUID, model and
+    memory stay the card's own."""
+    if gpu.minor is None:
+        return gpu
+    seen = saved_paths.get(gpu_node_path(gpu.minor))
+    minor = node_minor(seen) if seen is not None else None
+    return gpu if minor is None else replace(gpu, minor=minor)
 
 
 class RecordWrite:
@@ -141,10 +155,12 @@ def _renamed(name: str, index_map: dict[int, int]) -> str:
 
 def book_saved_gpus(record: CompatRecord, pool: GpuPool, uid: str, info: RunscInfo,
           pod_gpus: Sequence[str], *, nvproxy_capabilities: str
-          ) -> tuple[tuple[str, ...], dict[str, tuple[str, ...]]]:
-    """Check the record against this worker and book its GPUs: the names granted
-    and each container's devices on them. Refusals are FAILED_PRECONDITION
-    (counted); a GPU taken meanwhile is the placer's RESOURCE_EXHAUSTED."""
+          ) -> tuple[tuple[str, ...], dict[str, tuple[str, ...]], dict[str, str]]:
+    """Check the record against this worker and book its GPUs: the names granted,
+    each container's devices on them, and the node paths a GPU that moved keeps
+    (`ateom.gpuinfo.nvproxy.keep_saved_paths`: target's -> saved). Refusals are
+    FAILED_PRECONDITION (counted); a GPU taken meanwhile is the placer's
+    RESOURCE_EXHAUSTED."""
     build = RunscBuild.of_version(info.version)
     snapshot = pool.snapshot()
     room = {h.index for h in snapshot.with_room()} if snapshot is not None else None
@@ -172,4 +188,7 @@ def book_saved_gpus(record: CompatRecord, pool: GpuPool, uid: str, info: RunscIn
     index_map = {m.saved.index: m.target.index for m in verdict.mapping}
     per_container = {c.name: tuple(_renamed(n, index_map) for n in c.cdi_devices)
                      for c in record.containers}
-    return grant.names, per_container
+    saved_paths = {gpu_node_path(m.target.minor): gpu_node_path(m.saved.minor)
+                   for m in verdict.mapping if m.saved.minor is not None
+                   and m.target.minor is not None and m.saved.minor != m.target.minor}
+    return grant.names, per_container, saved_paths

@@ -86,10 +86,10 @@ class GpuActors:
                                  " cuda-checkpoint in the actor's containers: none was found"
                                  f" ({self.tool_searched()}); install it on the node",
                                  code=ErrorCode.FAILED_PRECONDITION)
-            names, per_container = compat_record.book_saved_gpus(
+            names, per_container, saved_paths = compat_record.book_saved_gpus(
                 record, self.pool, uid, info, view.pod_gpus,
                 nvproxy_capabilities=self.settings.nvproxy.capabilities)
-            return view.granted(names, per_container)
+            return view.granted(names, per_container, saved_paths)
         request = request_for(req.gpus, req.containers)
         if request.count == 0:
             return view.granted(())

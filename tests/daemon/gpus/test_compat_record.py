@@ -94,11 +94,13 @@ def test_a_fitting_worker_books_free_gpus_and_renames_each_containers_devices(
         refusals: list[tuple[str, str]]) -> None:
     pool, names = _pool(4)
     pool.grant("other", GpuRequest.at_indices([0]), names)  # GPU 0 taken: land elsewhere
-    granted, per_container = compat_record.book_saved_gpus(RECORD, pool, "g", INFO, names,
-                                                 nvproxy_capabilities="")
+    granted, per_container, saved_paths = compat_record.book_saved_gpus(
+        RECORD, pool, "g", INFO, names, nvproxy_capabilities="")
     assert granted == ("nvidia.com/gpu=1", "nvidia.com/gpu=2")
-    # The saved GPU 1 stays in its slot; the saved GPU 0 moves to the free GPU 2.
+    # The saved GPU 1 stays in its slot; the saved GPU 0 moves to the free GPU 2, whose
+    # node the container keeps seeing at the saved GPU's path.
     assert per_container == {"app": ("nvidia.com/gpu=2", "nvidia.com/gpu=1")}
+    assert saved_paths == {"/dev/nvidia2": "/dev/nvidia0"}
     assert pool.held_by("g") == granted and refusals == []
 
 

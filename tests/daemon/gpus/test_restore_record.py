@@ -4,26 +4,42 @@ record first: where it lands, what it waits for, what refuses it."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from pathlib import Path
 
 import pytest
 
 from ateom.daemon.calls.requests import (
     ActorRef,
+    CheckpointRequest,
     GpuWish,
     TerminateRequest,
 )
 from ateom.errors import AteomError, ErrorCode
 from ateom.gpuinfo.record import RECORD_FILE
+from tests.support.spec import STAND_IN_DEVICES
 from tests.support.world import (
     checkpointed,
-    gpu_nodes,
     gpu_world,
     needs_busybox,
     restore_actor,
 )
 
 pytestmark = needs_busybox
+
+
+def _host_nodes(config: dict[str, object]) -> dict[str, tuple[int, int]]:
+    """Each GPU node's container path -> the host node's (major, minor) it stands for."""
+    devices = config["linux"]["devices"]  # type: ignore[index]
+    return {str(d["path"]): (d["major"], d["minor"]) for d in devices
+            if str(d["path"])[-1].isdigit()}
+
+
+def _stand_in(index: int) -> tuple[int, int]:
+    """The host node the simulated spec gives GPU `index` (tests.support.spec)."""
+    st = os.stat(STAND_IN_DEVICES[index % len(STAND_IN_DEVICES)])
+    return os.major(st.st_rdev), os.minor(st.st_rdev)
 
 
 def test_restore_lands_on_free_gpus_matching_the_record(tmp_path: Path) -> None:
@@ -34,7 +50,33 @@ def test_restore_lands_on_free_gpus_matching_the_record(tmp_path: Path) -> None:
     assert w.holders()["nvidia.com/gpu=0"] == ("other",)
     held = sorted(n for n, h in w.holders().items() if h == ("g",))
     assert len(held) == 2 and "nvidia.com/gpu=0" not in held
-    assert gpu_nodes(w.app_config("g")) == sorted(f"/dev/nvidia{n[-1]}" for n in held)
+    # runsc checks a restore's devices by path: the sandbox keeps seeing its GPUs where
+    # it was saved, each path now the node of the GPU it landed on (nvproxy remaps).
+    nodes = _host_nodes(w.app_config("g"))
+    assert sorted(nodes) == ["/dev/nvidia0", "/dev/nvidia1"]
+    assert sorted(nodes.values()) == sorted(_stand_in(int(n[-1])) for n in held)
+
+
+def test_a_sandbox_restored_onto_other_gpus_keeps_its_paths_turn_after_turn(
+        tmp_path: Path) -> None:
+    """Saved on GPU 0, restored onto GPU 1 (GPU 0 taken), saved again, restored onto
+    GPU 2: its container sees /dev/nvidia0 every time, the record saying so."""
+    w = gpu_world(tmp_path)
+    checkpointed(w, "g", 1)
+    w.service.run_workload(w.run("b0", gpus=GpuWish(count=1)))  # takes GPU 0
+    restore_actor(w, "g")
+    assert _host_nodes(w.app_config("g")) == {"/dev/nvidia0": _stand_in(1)}
+    w.service.checkpoint_workload(CheckpointRequest(actor=ActorRef("g"), dirs=w.dirs("g")))
+    assert w.service.actors.settle(10)
+    dirs = w.dirs("g")
+    saved = json.loads((Path(dirs.checkpoint_dir) / RECORD_FILE).read_text())
+    assert [g["minor"] for g in saved["gpus"]] == [0]  # as its containers see it
+    shutil.rmtree(dirs.restore_dir, ignore_errors=True)
+    os.rename(dirs.checkpoint_dir, dirs.restore_dir)
+    w.service.run_workload(w.run("b1", gpus=GpuWish(count=1)))  # takes GPU 1
+    restore_actor(w, "g")
+    assert w.holders()["nvidia.com/gpu=2"] == ("g",)
+    assert _host_nodes(w.app_config("g")) == {"/dev/nvidia0": _stand_in(2)}
 
 
 def test_restore_without_remap_needs_the_same_gpus(tmp_path: Path) -> None:

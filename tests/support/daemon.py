@@ -92,6 +92,7 @@ class DaemonWorld:
     """Everything a daemon under test needs, in one temp dir."""
 
     base: Path
+    gpus: int = GPUS  # the simulated worker's GPUs (and the emulated runsc's)
     actors_root: Path = field(init=False)
     spec_dir: Path = field(init=False)
     gpu_glob: str = field(init=False)
@@ -104,7 +105,7 @@ class DaemonWorld:
         self.run_dir = self.base / "run"
         self.socket = self.run_dir / "ateom.sock"
         self.actors_root.mkdir(parents=True)
-        worker = sim_worker(self.base, gpus=GPUS, driver=DEFAULT_DRIVER_VERSION,
+        worker = sim_worker(self.base, gpus=self.gpus, driver=DEFAULT_DRIVER_VERSION,
                             container_lib_dir=LIB_DIR)
         self.spec_dir = worker.spec_dir
         self.gpu_node = worker.node
@@ -119,7 +120,7 @@ class DaemonWorld:
         if release not in self.emulators:
             self.emulators[release] = install_runsc(
                 release, self.base / f"runsc-{release}", real_runsc=RUNSC,
-                driver_version=DEFAULT_DRIVER_VERSION, gpus=sim_gpus(GPUS))
+                driver_version=DEFAULT_DRIVER_VERSION, gpus=sim_gpus(self.gpus))
         return self.emulators[release]
 
     @property

@@ -247,3 +247,45 @@ def _ended(event: dict[str, object]) -> float:
 
 def _began(event: dict[str, object]) -> float:
     return _ended(event) - float(event["duration_ms"]) / 1000  # type: ignore[arg-type]
+
+
+def _device_paths(world: DaemonWorld, uid: str) -> list[str]:
+    config = json.loads((world.actors_root / uid / "bundles" / "app" / "config.json").read_text())
+    return sorted(d["path"] for d in config["linux"]["devices"])
+
+
+def test_a_restore_onto_another_gpu_keeps_the_saved_device_paths(world: DaemonWorld) -> None:
+    """On the newest release (which validates a restore's devices by path, as the real
+    runsc does): saved on GPU 0, restored onto GPU 1 while another actor holds GPU 0,
+    the sandbox's devices are those it was saved with, and it runs on GPU 1."""
+    release = "20260817"
+    run_dir = world.base / "run-remap"
+    daemon = Daemon(world, str(world.runsc(release).path), release=release, run_dir=run_dir,
+                    gpu_placement="exclusive", max_actors="4", **release_options(release))
+    try:
+        for uid in ("rm-a", "rm-b"):
+            world.bundles(uid, {"app": ["sleep", "100000"]}, stub_record=True)
+        one = pb.GpuRequest(count=1)
+        daemon.stub.RunWorkload(run_request(world, "rm-a", [pb.Container(name="app")],
+                                            gpus=one), timeout=120)
+        saved = _device_paths(world, "rm-a")
+        assert "/dev/nvidia0" in saved
+        dirs = world.actor_dirs("rm-a")
+        daemon.stub.CheckpointWorkload(pb.CheckpointWorkloadRequest(
+            actor_uid="rm-a", actor_dirs=dirs), timeout=120)
+        daemon.settle()
+        shutil.rmtree(dirs.restore_dir, ignore_errors=True)
+        Path(dirs.checkpoint_dir).rename(dirs.restore_dir)
+        daemon.stub.RunWorkload(run_request(world, "rm-b", [pb.Container(name="app")],
+                                            gpus=one), timeout=120)  # takes GPU 0
+        daemon.stub.RestoreWorkload(pb.RestoreWorkloadRequest(
+            actor_uid="rm-a", actor_dirs=dirs,
+            spec=pb.WorkloadSpec(containers=[pb.Container(name="app")])), timeout=120)
+        holders = {g.gpu: list(g.actor_uids)
+                   for g in daemon.inspect.ListActors(pb.ListActorsRequest()).gpus}
+        assert holders == {"nvidia.com/gpu=0": ["rm-b"], "nvidia.com/gpu=1": ["rm-a"]}
+        assert _device_paths(world, "rm-a") == saved
+        for uid in ("rm-a", "rm-b"):
+            daemon.stub.TerminateWorkload(pb.TerminateWorkloadRequest(actor_uid=uid), timeout=60)
+    finally:
+        _stopped(daemon)

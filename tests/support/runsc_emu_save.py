@@ -108,7 +108,8 @@ def checkpoint(emu: Emulator, inv: Invocation) -> int:
         containers=tuple(m.container for m in members) or (cid,), nvproxy=nvproxy,
         driver_version=head.driver_version if head else None,
         gpus=saved if release.feature("gpu_device_remap_on_restore") else (),
-        cuda_checkpoint_path=path, cuda_sequential=sequential, cuda_procs=tuple(toggled)))
+        cuda_checkpoint_path=path, cuda_sequential=sequential, cuda_procs=tuple(toggled),
+        devices={m.container: st.spec_devices(st.read_spec(m.bundle)) for m in members}))
     if leave and toggled:
         error = cuda.toggle_after_restore(release, emu.start_exec(inv), path, toggled,
                                           sequential=sequential)
@@ -126,6 +127,23 @@ def _load_error(emu: Emulator, note: st.ImageNote | None, driver_now: str | None
             or gpu.restore_remap_error(emu.release, note.gpus, st.read_gpus(emu.config)))
 
 
+def _devices_mismatch(release: Release, inv: Invocation, note: st.ImageNote | None,
+                      cid: str, spec: dict[str, Any]) -> str:
+    """The release's refusal of a restore whose devices are not, by path and type, the
+    checkpoint's ("" when they are, or the release does not validate them). Releases
+    with --restore-spec-validation (20260525+) enforce it by default."""
+    if (note is None or cid not in note.devices or "restore-spec-validation" not in release.flags
+            or (inv.global_flags.value("restore-spec-validation") or "enforce") != "enforce"):
+        return ""
+    saved, now = note.devices[cid], st.spec_devices(spec)
+    if saved == now:
+        return ""
+    mismatch = go_sprintf(release.message("%q does not match across checkpoint restore"),
+                          "Devices", cid, list(saved), list(now))
+    return f"failed to validate restore spec: failed to validate spec for container {cid!r}: " \
+        + mismatch
+
+
 def restore(emu: Emulator, inv: Invocation) -> int:
     """``runsc restore`` as the release does it (see the module docstring)."""
     cid, image = inv.container, inv.flag("image-path")
@@ -135,6 +153,9 @@ def restore(emu: Emulator, inv: Invocation) -> int:
         return emu.run_real(inv)  # the real runsc reports the usage, flag or spec error
     release, root = emu.release, emu.root(inv)
     note = st.read_image_note(os.path.abspath(image))
+    mismatch = _devices_mismatch(release, inv, note, cid, spec)
+    if mismatch:
+        return emu.fail(inv, _restore_failed(release, mismatch))
     sandbox = st.sandbox_of(spec, cid)
     if note and len(note.containers) > 1 and release.feature("multi_container_restore"):
         if not emu.real_restores_subcontainers:

@@ -22,7 +22,7 @@ import json
 import os
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ateom import safefs
@@ -86,6 +86,9 @@ class ImageNote:
     cuda_checkpoint_path: str = ""
     cuda_sequential: bool = False
     cuda_procs: tuple[tuple[str, int], ...] = ()  # (container, pid) toggled before the save
+    # Each container's spec devices at the save, as (path, type): a restore's spec is
+    # validated against them by path (runsc/specutils/restore.go validateDevices).
+    devices: Mapping[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {"release": self.release, "sandbox": self.sandbox,
@@ -94,7 +97,8 @@ class ImageNote:
                 "gpus": [g.to_json() for g in self.gpus],
                 "cuda_checkpoint_path": self.cuda_checkpoint_path,
                 "cuda_sequential": self.cuda_sequential,
-                "cuda_procs": [list(p) for p in self.cuda_procs]}
+                "cuda_procs": [list(p) for p in self.cuda_procs],
+                "devices": {c: [list(d) for d in ds] for c, ds in self.devices.items()}}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ImageNote:
@@ -106,6 +110,8 @@ class ImageNote:
             cuda_checkpoint_path=str(data.get("cuda_checkpoint_path", "")),
             cuda_sequential=bool(data.get("cuda_sequential", False)),
             cuda_procs=tuple((str(c), int(p)) for c, p in data.get("cuda_procs", ())),
+            devices={str(c): tuple((str(p), str(k)) for p, k in ds)
+                     for c, ds in data.get("devices", {}).items()},
         )
 
 
@@ -230,6 +236,13 @@ def log_line(log_file: str | None, level: str, msg: str) -> None:
         os.write(fd, (json.dumps(line) + "\n").encode())
     finally:
         os.close(fd)
+
+
+def spec_devices(spec: Mapping[str, Any] | None) -> tuple[tuple[str, str], ...]:
+    """A spec's ``linux.devices`` as sorted (path, type): what a restore validates."""
+    linux = (spec or {}).get("linux") or {}
+    return tuple(sorted((str(d.get("path", "")), str(d.get("type", "")))
+                        for d in linux.get("devices") or ()))
 
 
 def read_spec(bundle: str) -> dict[str, Any] | None:

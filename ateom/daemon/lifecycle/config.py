@@ -325,4 +325,29 @@ def check_config(config: DaemonConfig,
                   f" a unix socket's path is at most {SOCKET_PATH_MAX}")
     if config.runsc_dir and not os.path.isabs(config.runsc_dir):
         raise bad(f"{said('--runsc-dir', config.runsc_dir)}: must be an absolute path")
+    check_tls_flags(config, typed)
     return config
+
+
+TLS_FLAGS = ("--tls-cert", "--tls-key", "--tls-client-ca")
+
+
+def check_tls_flags(config: DaemonConfig,
+                    typed: Callable[[str], str | None] = lambda flag: None) -> None:
+    """--listen serves TCP only over TLS with client certificates: all three TLS flags
+    with it, none without it (INVALID_ARGUMENT naming what is missing or stray; pure).
+    The files themselves are read when the daemon starts listening."""
+    paths = dict(zip(TLS_FLAGS, (config.tls_cert, config.tls_key, config.tls_client_ca),
+                     strict=True))
+    if not config.listen:
+        given = [typed(flag) or flag for flag, path in paths.items() if path]
+        if given:
+            raise AteomError(f"{', '.join(given)}: only used with --listen (the unix socket"
+                             " is plaintext)", code=ErrorCode.INVALID_ARGUMENT)
+        return
+    missing = [flag for flag, path in paths.items() if not path]
+    if missing:
+        raise AteomError(
+            f"{as_typed(typed('--listen') or '--listen', config.listen)}: TCP is served only"
+            f" over TLS with client certificates; missing {', '.join(missing)}",
+            code=ErrorCode.INVALID_ARGUMENT)

@@ -29,7 +29,7 @@ from grpc_reflection.v1alpha import reflection
 from ateom._proto import ateom_pb2 as pb
 from ateom._proto import ateom_pb2_grpc as pb_grpc
 from ateom.daemon.calls import validation
-from ateom.daemon.lifecycle.config import DaemonConfig
+from ateom.daemon.lifecycle.config import TLS_FLAGS, DaemonConfig, check_tls_flags
 from ateom.daemon.lifecycle.readiness import RECHECK_INTERVAL
 from ateom.daemon.lifecycle.service import AteomService
 from ateom.daemon.rpc import wire
@@ -145,7 +145,6 @@ def _accepts_connections(path: str) -> bool:
     return True
 
 
-_TLS_FLAGS = ("--tls-cert", "--tls-key", "--tls-client-ca")
 # A PEM file bigger than this is not a certificate, key or CA bundle.
 _PEM_MAX = 1 << 20
 
@@ -157,19 +156,11 @@ def tcp_credentials(config: DaemonConfig) -> grpc.ServerCredentials | None:
     Plain TCP is refused: the lifecycle API can terminate any actor, and a
     TCP port is open to every local user (and, on the Pod IP, the network).
     """
-    paths = dict(zip(_TLS_FLAGS, (config.tls_cert, config.tls_key, config.tls_client_ca),
-                     strict=True))
+    check_tls_flags(config)
     if not config.listen:
-        given = [flag for flag, path in paths.items() if path]
-        if given:
-            raise validation.invalid(f"{', '.join(given)}: only used with --listen (the unix"
-                                     " socket is plaintext)")
         return None
-    missing = [flag for flag, path in paths.items() if not path]
-    if missing:
-        raise validation.invalid(
-            f"--listen {validation.quote(config.listen)}: TCP is served only over TLS with"
-            f" client certificates; missing {', '.join(missing)}")
+    paths = dict(zip(TLS_FLAGS, (config.tls_cert, config.tls_key, config.tls_client_ca),
+                     strict=True))
     cert, key, ca = (_read_pem(flag, path) for flag, path in paths.items())
     _check_tls_files(config)
     return grpc.ssl_server_credentials([(key, cert)], root_certificates=ca,

@@ -6,7 +6,6 @@ server's and a client's certificate, and a second CA that signs an impostor's.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -231,11 +230,12 @@ def test_ateom_serve_refuses_listen_without_tls(tmp_path: Path) -> None:
          "--listen", "127.0.0.1:0", "--runsc", "/bin/false"],
         capture_output=True, text=True, timeout=60, check=False,
         env={**os.environ, "ATEOM_TLS_KEY": "/k.pem"})
-    assert done.returncode == 1, done.stderr
-    # Said as the JSON log's last line (the log had started).
-    fatal = json.loads(done.stdout.splitlines()[-1])
-    assert fatal["event"] == "serve_failed", done.stdout
-    assert fatal["error"].endswith("missing --tls-cert, --tls-client-ca"), fatal
+    # A flag combination: usage (2), said before anything starts, one plain line.
+    assert done.returncode == 2, done.stderr
+    assert done.stdout == ""
+    assert done.stderr.strip() == (
+        "ateom serve: --listen '127.0.0.1:0': TCP is served only over TLS with client"
+        " certificates; missing --tls-cert, --tls-client-ca"), done.stderr
     assert not (tmp_path / "s" / "a.sock").exists()
 
 
@@ -245,8 +245,13 @@ def test_tls_flags_have_environment_twins() -> None:
     parser = argparse.ArgumentParser()
     daemon_config.add_flags(parser)
     args = parser.parse_args(["--actors-root", "/a", "--tls-cert", "/flag.pem"])
-    config = daemon_config.from_args(args, {"ATEOM_TLS_CERT": "/env.pem",
+    config = daemon_config.from_args(args, {"ATEOM_LISTEN": "127.0.0.1:9443",
+                                            "ATEOM_TLS_CERT": "/env.pem",
                                             "ATEOM_TLS_KEY": "/k.pem",
                                             "ATEOM_TLS_CLIENT_CA": "/ca.pem"})
     assert (config.tls_cert, config.tls_key, config.tls_client_ca) == (
         "/flag.pem", "/k.pem", "/ca.pem")
+    # Without --listen, each stray TLS setting is named as it was given.
+    with pytest.raises(AteomError) as err:
+        daemon_config.from_args(args, {"ATEOM_TLS_KEY": "/k.pem"})
+    assert str(err.value).startswith("--tls-cert, $ATEOM_TLS_KEY: only used with --listen")

@@ -48,7 +48,8 @@ import-graph test holds every package of ateom to a layering without cycles):
    `handler` (the one place every RPC goes through: logging, error codes,
    observers), `server` (the thin servicer, health, reflection, TLS, drain),
    `inspection` (the operator's Inspect service: status, devices,
-   PlanInjection, doctor), `metrics` (Prometheus, fed by the seams).
+   PlanInjection, doctor), `metrics` (Prometheus, fed by the seams), `metrics_endpoint`
+   (their HTTP endpoint).
 
 At the top: `cli` (`ateom serve`) and `logs` (structlog setup). Below the
 daemon, and shared with `ateom doctor` and `ateom checkpoint-info`:

@@ -11,9 +11,8 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from ateom.daemon.rpc.metrics import (
-    Metrics,
-    attach_to_daemon,
+from ateom.daemon.rpc.metrics import Metrics, attach_to_daemon
+from ateom.daemon.rpc.metrics_endpoint import (
     parse_listen_address,
     start_daemon_metrics,
     start_metrics_server,

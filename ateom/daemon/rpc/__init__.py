@@ -1,3 +1,4 @@
 """The daemon's gRPC surface: `wire` (protobuf <-> plain requests), `handler` (every
 RPC's logging, error codes and observers), `server` (servicer, health, TLS,
-drain), `inspection` (the operator's Inspect service), `metrics` (Prometheus)."""
+drain), `inspection` (the operator's Inspect service), `metrics` (the Prometheus
+figures) and `metrics_endpoint` (serving them on --metrics-listen)."""

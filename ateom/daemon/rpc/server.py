@@ -35,7 +35,7 @@ from ateom.daemon.lifecycle.service import AteomService
 from ateom.daemon.rpc import wire
 from ateom.daemon.rpc.handler import add_servicer, rpc
 from ateom.daemon.rpc.inspection import InspectServicer
-from ateom.daemon.rpc.metrics import start_daemon_metrics
+from ateom.daemon.rpc.metrics_endpoint import start_daemon_metrics
 from ateom.errors import AteomError, ErrorCode
 
 log = structlog.get_logger("ateom.server")

@@ -4,6 +4,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
 . scripts/venv.sh
-"$PYTHON" -m ruff check ateom tests benchmarks
+"$PYTHON" -m ruff check ateom tests benchmarks scripts
 "$PYTHON" -m mypy
 exec "$PYTHON" -m pytest -q "$@"

@@ -9,9 +9,9 @@
 #    own; also this machine's static busybox and wheels of ateom's dependencies for
 #    the GPU machine's python3 (3.12; it reaches no package index).
 # 2. There (the device tool), with a limit that leaves room for a rerun:
-#      run(command="bash scripts/gpu_real_turn.sh", carry=[".gpu"], timeout_s=540)
-#    Everything comes back under $OUT: report.json, summary.md, fixtures.tar.gz,
-#    logs.tar.gz. Arguments after the command go to turn.py (--sizes, --budget...).
+#      run(command="bash scripts/gpu_real_turn.sh", carry=[".gpu"], timeout_s=480)
+#    Everything comes back under $OUT: report.json, summary.md, run.log,
+#    fixtures.tar.gz, logs.tar.gz. Arguments after the command go to turn.py (--sizes, --budget...).
 #
 # The dry run, against the stand-in node of the newest-runsc suites, is
 # tests/test_gpu_real_turn.py: it runs this script with ATEOM_GPU_PACK naming a pack
@@ -25,7 +25,8 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 pack=${ATEOM_GPU_PACK:-$repo/.gpu}
 PY=${PYTHON:-python3}
 
-die() { echo "gpu_real_turn.sh: $*" >&2; exit 2; }
+err=2  # where die() speaks: stderr, also once the output goes through tee
+die() { echo "gpu_real_turn.sh: $*" >&"$err"; exit 2; }
 
 if [[ ${1:-} == --pack ]]; then
     [[ $# -eq 3 ]] || die "usage: $0 --pack RUNSC CUDA_CHECKPOINT"
@@ -49,6 +50,10 @@ if [[ ${1:-} == --pack ]]; then
 fi
 
 [[ -n ${OUT:-} ]] || die "\$OUT is not set: the directory the results go to"
+mkdir -p "$OUT"
+exec 3>&2
+err=3
+exec > >(tee "$OUT/run.log") 2>&1  # the whole run's output comes back too
 work=/var/tmp/ateom-gpu-turn-bin  # the unpacked runsc and wheels
 if [[ -d $pack/wheels ]]; then
     mkdir -p "$work"

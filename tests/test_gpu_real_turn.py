@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from ateom.gpuinfo.gather import gather_worker_gpus
 from ateom.gpuinfo.inventory import COMPUTE_APPS_ARGS, SMI_ARGS
 from scripts.gpu_real_turn.actor import ticks
 from scripts.gpu_real_turn.node import (
@@ -29,7 +30,7 @@ from scripts.gpu_real_turn.node import (
 )
 from scripts.gpu_real_turn.turn import MEMORY_ARGS
 from tests.support.cuda_stand_in import GCC, build_libcuda_stand_in
-from tests.support.gpu_node import SimGpu, write_sim_fixture
+from tests.support.gpu_node import SimGpu, write_gpu_node, write_sim_fixture
 from tests.support.newest_runsc import newest_runsc
 from tests.support.stand_in_gpu import can_make_namespaces, stand_in_gpu_prefix
 
@@ -159,7 +160,7 @@ def test_the_dry_run_takes_every_step_on_the_stand_in_node(tmp_path: Path) -> No
     out = tmp_path / "out"
     argv = [*stand_in_gpu_prefix(tmp_path / "ns", 1), "bash", str(SCRIPT),
             "--work", str(tmp_path / "work"), "--driver-root", str(driver),
-            "--proc-root", str(fixture / "proc"), "--sizes", "8,16", "--budget", "400"]
+            "--proc-root", str(fixture / "proc"), "--sizes", "8,16,50000", "--budget", "90"]
     env = {**os.environ, "OUT": str(out), "ATEOM_GPU_PACK": str(pack), "PYTHON": sys.executable}
     done = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=env)
     report = json.loads((out / "report.json").read_text())
@@ -168,7 +169,9 @@ def test_the_dry_run_takes_every_step_on_the_stand_in_node(tmp_path: Path) -> No
     assert {k: v["status"] for k, v in steps.items()} == {
         "node": "ok", "app": "ok", "app on the host": "ok", "spec": "ok", "doctor": "ok",
         "fixtures": "ok", "runsc runs here": "ok", "serve": "ok", "turn 8 MiB": "ok",
-        "two actors, 8 MiB each": "ok", "turn 16 MiB": "ok"}
+        "two actors, 8 MiB each": "ok", "turn 16 MiB": "ok",
+        "turn 50000 MiB": "skipped"}  # a turn that does not fit the budget is not begun
+    assert "s left of --budget, a 50000 MiB turn needs" in steps["turn 50000 MiB"]["why"]
     facts = report["facts"]
     assert facts["driver_version"] == DRIVER and not facts["nvproxy_lists_driver"]
     assert facts["nvproxy_pin"] == "580.65.06"
@@ -208,6 +211,16 @@ def test_the_dry_run_takes_every_step_on_the_stand_in_node(tmp_path: Path) -> No
             f"{base}/doctor.json", f"{base}/PROVENANCE.md",
             f"{base}/proc/driver/nvidia/gpus/0000:18:00.0/information"} <= names
     assert not [n for n, t in texts.items() if SIM_UUID in t or SERIAL in t]
+    # Brought back as it is, the node is one more recorded fixture the parsers' tests read
+    # (tests/gpuinfo's `recorded` takes every dir under tests/fixtures/gpu/).
+    for name, text in texts.items():  # written by hand: Debian 12's tarfile has no filter=
+        (tmp_path / "brought" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "brought" / name).write_text(text)
+    node = write_gpu_node(tmp_path / "as-recorded", tmp_path / "brought" / base)
+    gathered = gather_worker_gpus(proc_root=node.proc_root, gpu_glob=node.gpu_glob,
+                                  nvidia_smi=node.nvidia_smi)
+    assert gathered.problems == () and gathered.driver_version == DRIVER
+    assert [g.uuid for g in gathered.gpus] == ["GPU-f0000000-0000-4000-8000-000000000000"]
     with tarfile.open(out / "logs.tar.gz") as tar:
         logs = set(tar.getnames())
     assert "ateom.log" in logs and "logs/turn-0/app.log" in logs

@@ -33,6 +33,10 @@ class StepFailed(Exception):
     """A step's check failed; the message says what was seen."""
 
 
+class Skip(Exception):
+    """A step not run, and why (too little time left, nothing to run it on)."""
+
+
 @dataclass
 class Ran:
     """One bounded command: what it printed and how it ended."""

@@ -21,6 +21,7 @@ from scripts.gpu_real_turn.actor import App
 from scripts.gpu_real_turn.node import (
     CONTROL_NODES,
     SPEC_BINARIES,
+    Skip,
     StepFailed,
     add_text,
     driver_libraries,
@@ -90,8 +91,8 @@ def can_run_runsc(args: argparse.Namespace, facts: dict[str, Any], work: Path,
     """One busybox sandbox through runsc alone: does this machine run runsc at all?"""
     if facts.get("runtime") == "gvisor":
         facts["runsc_runs_here"] = False
-        raise StepFailed("this machine is itself a gVisor sandbox: runsc cannot run in it"
-                         " (steps 1-3 only)")
+        raise Skip("this machine is itself a gVisor sandbox: runsc cannot run in it, so the"
+                   " node, spec and fixtures steps only")
     probe = args.work / "probe"
     shutil.rmtree(probe, ignore_errors=True)
     probe.mkdir(parents=True)

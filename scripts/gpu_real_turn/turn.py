@@ -51,6 +51,7 @@ from ateom._proto import ateom_pb2_grpc as pb_grpc
 from ateom.gpuinfo.inventory import COMPUTE_APPS_ARGS
 from scripts.gpu_real_turn.actor import App, ticks, wait_ticks
 from scripts.gpu_real_turn.node import (
+    Skip,
     StepFailed,
     add_file_tail,
     dump,
@@ -103,10 +104,6 @@ class Report:
 
     def ok(self) -> bool:
         return all(s["status"] != "failed" for s in self.steps)
-
-
-class Skip(Exception):
-    """A step not run, and why (too little time left, nothing to run it on)."""
 
 
 # -- the run ------------------------------------------------------------------------------
@@ -421,8 +418,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--gpu-glob", default="/dev/nvidia[0-9]*")
     p.add_argument("--nvidia-smi", help="[<driver root>/bin/nvidia-smi, else on PATH]")
     p.add_argument("--sizes", default="1024,8192,32768", help="MiB per turn [1024,8192,32768]")
-    p.add_argument("--budget", type=float, default=450.0,
-                   help="seconds for the whole run; a turn that would not fit is skipped [450]")
+    p.add_argument("--budget", type=float, default=420.0,
+                   help="seconds for the whole run; a turn that would not fit is skipped [420]")
     p.add_argument("--fixture-name", default="h200")
     args = p.parse_args(argv)
     smi = Path(args.driver_root) / "bin" / "nvidia-smi"

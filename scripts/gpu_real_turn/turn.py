@@ -38,6 +38,7 @@ import sys
 import tarfile
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -89,8 +90,12 @@ class Report:
             status, why = "skipped", str(exc)
         except grpc.RpcError as exc:
             status, why = "failed", f"{exc.code().name}: {exc.details()}"
+        except StepFailed as exc:
+            status, why = "failed", str(exc)
         except Exception as exc:  # noqa: BLE001 - a step's failure is reported, not raised
+            # Unforeseen: where it broke comes back too (the first real run is the test).
             status, why = "failed", f"{type(exc).__name__}: {exc}"
+            data["traceback"] = traceback.format_exc()[-3000:]
         seconds = round(time.monotonic() - began, 2)
         self.steps.append({"step": name, "status": status, "why": why, "seconds": seconds,
                            **data})

@@ -301,18 +301,41 @@ def start_server(config: DaemonConfig, service: AteomService) -> RunningServer:
     return running
 
 
+class ShutdownSignals:
+    """SIGTERM and SIGINT, noted for the main loop to act on.
+
+    A Python signal handler runs in the main thread between two bytecodes, and
+    the main thread spends its time in ``Event.wait``, which holds that event's
+    lock at moments: a handler that sets the event (or writes a log line, whose
+    stream has a lock) can wait for that lock forever, and the daemon hangs on
+    SIGTERM with nothing logged after the signal. So `note` only appends to a
+    list; `wait` polls it, and the caller logs and sets events outside the handler.
+    """
+
+    def __init__(self) -> None:
+        self.received: list[int] = []
+
+    def note(self, signum: int, frame: object) -> None:
+        self.received.append(signum)  # no lock taken: see the class's docstring
+
+    def install(self) -> None:
+        signal.signal(signal.SIGTERM, self.note)
+        signal.signal(signal.SIGINT, self.note)
+
+    def wait(self, poll: float = 0.2) -> int:
+        """Until a signal was noted; returns the first."""
+        while not self.received:
+            time.sleep(poll)
+        return self.received[0]
+
+
 def serve(config: DaemonConfig, service: AteomService | None = None) -> int:
     """Run until SIGTERM/SIGINT, then drain and return 0."""
     service = service or AteomService(config)
     service.reaper.start()
     stop = threading.Event()
-
-    def on_signal(signum: int, frame: object) -> None:
-        log.info("signal", signal=signal.Signals(signum).name)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    signals = ShutdownSignals()
+    signals.install()
     started = time.perf_counter()
     metrics_server = None
     if config.metrics_listen:
@@ -325,8 +348,8 @@ def serve(config: DaemonConfig, service: AteomService | None = None) -> int:
     if not running.problems:
         log.info("ready", startup_ms=round((time.perf_counter() - started) * 1000, 3))
     watcher = running.watch_readiness(stop)
-    while not stop.wait(0.2):
-        pass
+    log.info("signal", signal=signal.Signals(signals.wait()).name)
+    stop.set()
     watcher.join(timeout=RECHECK_INTERVAL + 1)
     running.set_serving(False)
     service.drain(config.shutdown_grace)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import shutil
 import subprocess
 import sys
@@ -19,13 +18,12 @@ from pathlib import Path
 import pytest
 
 from ateom.gpuinfo.gather import gather_worker_gpus
-from ateom.gpuinfo.inventory import COMPUTE_APPS_ARGS, SMI_ARGS
+from ateom.gpuinfo.inventory import COMPUTE_APPS_ARGS
 from scripts.gpu_real_turn.actor import ticks
 from scripts.gpu_real_turn.node import (
     judge_runtime,
     nearest_driver,
     node_spec,
-    parse_driver_version,
     scrub,
 )
 from scripts.gpu_real_turn.turn import MEMORY_ARGS
@@ -42,16 +40,6 @@ SERIAL = "1654922012345"
 
 
 # -- pure ----------------------------------------------------------------------------------
-
-
-def test_the_driver_version_is_read_from_either_module_line() -> None:
-    assert parse_driver_version(
-        "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.03  Release Build"
-    ) == "580.159.03"
-    assert parse_driver_version(
-        "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar  5 22:23:56 UTC"
-    ) == "550.54.15"
-    assert parse_driver_version("no module") == ""
 
 
 def test_nvproxy_is_pinned_to_the_newest_listed_driver_of_the_branch_not_above() -> None:
@@ -115,22 +103,22 @@ def test_ticks_reads_the_apps_lines_past_an_offset(tmp_path: Path) -> None:
 # -- the dry run ---------------------------------------------------------------------------
 
 
-def stand_in_smi(path: Path, csv: str) -> None:
-    """nvidia-smi for the dry run: ateom's query from the fixture, no compute apps, a
-    fixed memory figure, and a short ``-q`` holding a UUID and a serial to scrub."""
+def dry_run_node(base: Path) -> Path:
+    """The node the dry run records, as a driver root: the recorded layout's /proc
+    (``proc/``), libcuda's CPU stand-in in ``lib64/`` linked as NVIDIA's installer
+    links it, and ``bin/nvidia-smi`` answering ateom's query, the compute-apps
+    (none) and memory queries, and a short ``-q`` with a UUID and a serial to scrub."""
+    fixture = write_sim_fixture(base / "fixture", [SimGpu(0, 0, SIM_UUID)],
+                                driver_version=DRIVER)
     q = (f"==============NVSMI LOG==============\nDriver Version : {DRIVER}\n"
          f"GPU 00000000:18:00.0\n    Product Name : NVIDIA H200\n"
          f"    Serial Number : {SERIAL}\n    GPU UUID : {SIM_UUID}\n")
-    path.write_text(
-        "#!/bin/sh\n# Stand-in nvidia-smi for the gpu_real_turn dry run.\n"
-        f'case "$*" in\n'
-        f"  {shlex.quote(' '.join(SMI_ARGS))}) printf %s {shlex.quote(csv)} ;;\n"
-        f"  {shlex.quote(' '.join(COMPUTE_APPS_ARGS))}) ;;\n"
-        f"  {shlex.quote(' '.join(MEMORY_ARGS))}) echo '0, 1, 143771' ;;\n"
-        f"  -q) printf %s {shlex.quote(q)} ;;\n"
-        f"  '') echo 'stand-in nvidia-smi: one NVIDIA H200' ;;\n"
-        '  *) echo "stand-in nvidia-smi: unsupported: $*" >&2; exit 2 ;;\nesac\n')
-    path.chmod(0o755)
+    node = write_gpu_node(base / "node", fixture, also={
+        " ".join(COMPUTE_APPS_ARGS): "", " ".join(MEMORY_ARGS): "0, 1, 143771\n", "-q": q,
+        "": "stand-in nvidia-smi: one NVIDIA H200\n"})
+    lib = build_libcuda_stand_in(node.root / "lib64", DRIVER)
+    (node.root / "lib64" / "libcuda.so.1").symlink_to(lib.name)
+    return node.root
 
 
 NEWEST, WHY = newest_runsc()
@@ -144,14 +132,7 @@ CANNOT = (WHY if NEWEST is None else can_make_namespaces()
 @pytest.mark.skipif(bool(CANNOT), reason=f"the gpu_real_turn dry run did not run: {CANNOT}")
 def test_the_dry_run_takes_every_step_on_the_stand_in_node(tmp_path: Path) -> None:
     assert NEWEST is not None
-    fixture = write_sim_fixture(tmp_path / "fixture", [SimGpu(0, 0, SIM_UUID)],
-                                driver_version=DRIVER)
-    driver = tmp_path / "driver"
-    lib = build_libcuda_stand_in(driver / "lib64", DRIVER)
-    (driver / "lib64" / "libcuda.so.1").symlink_to(lib.name)  # as NVIDIA's installer links it
-    (driver / "bin").mkdir()
-    stand_in_smi(driver / "bin" / "nvidia-smi",
-                 (fixture / "nvidia-smi" / "query-gpu.csv").read_text())
+    driver = dry_run_node(tmp_path)
     pack = tmp_path / "pack"  # what --pack gathers; the stand-ins here, no wheels
     pack.mkdir()
     (pack / "runsc").symlink_to(NEWEST.path)
@@ -160,7 +141,7 @@ def test_the_dry_run_takes_every_step_on_the_stand_in_node(tmp_path: Path) -> No
     out = tmp_path / "out"
     argv = [*stand_in_gpu_prefix(tmp_path / "ns", 1), "bash", str(SCRIPT),
             "--work", str(tmp_path / "work"), "--driver-root", str(driver),
-            "--proc-root", str(fixture / "proc"), "--sizes", "8,16,50000", "--budget", "90"]
+            "--proc-root", str(driver / "proc"), "--sizes", "8,16,50000", "--budget", "90"]
     env = {**os.environ, "OUT": str(out), "ATEOM_GPU_PACK": str(pack), "PYTHON": sys.executable}
     done = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=env)
     report = json.loads((out / "report.json").read_text())

@@ -1,5 +1,5 @@
 """What the steps share: bounded commands (`run`), the node's facts read from its files
-(`parse_driver_version`, `nearest_driver`, `judge_runtime`, `gpu_node_paths`), the
+(`nearest_driver`, `judge_runtime`; ateom.gpuinfo parses the rest), the
 ``nvidia.com/gpu`` spec such a node gets (`node_spec`), the scrub of what comes back
 (`scrub`) and the packing of it. Pure where it can be; nothing here runs a step.
 """
@@ -24,7 +24,6 @@ SPEC_BINARIES = ("nvidia-smi", "nvidia-debugdump", "nvidia-persistenced",
 CONTROL_NODES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools")
 # gVisor reports this fixed kernel (pkg/sentry/kernel/version.go).
 GVISOR_PROC_VERSION = "Linux version 4.4.0 #1 SMP Sun Jan 10 15:06:54 PST 2016"
-_VERSION_RE = re.compile(r"Kernel Module(?: for x86_64)?\s+(\d+\.\d+(?:\.\d+)?)")
 _UUID_RE = re.compile(r"\b(GPU|MIG)-[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}\b")
 _SERIAL_RE = re.compile(r"^(\s*Serial Number\s*:\s*)(\S.*)$", re.MULTILINE)
 
@@ -78,12 +77,6 @@ def run(argv: Sequence[str], timeout: float, *, env: Mapping[str, str] | None = 
 
 
 # -- facts (pure) -------------------------------------------------------------------------
-
-
-def parse_driver_version(proc_version: str) -> str:
-    """The driver version in /proc/driver/nvidia/version's first line ("" if none)."""
-    m = _VERSION_RE.search(proc_version)
-    return m.group(1) if m else ""
 
 
 def _key(version: str) -> tuple[int, ...]:
@@ -178,14 +171,6 @@ def node_spec(gpu_nodes: Sequence[str], control_nodes: Sequence[str],
             "mounts": mounts,
         },
     }
-
-
-def gpu_node_paths(dev_paths: Iterable[str]) -> list[str]:
-    """/dev/nvidiaN paths in minor order."""
-    def minor(p: str) -> int:
-        digits = re.sub(r"\D", "", os.path.basename(p))
-        return int(digits) if digits else -1
-    return sorted((p for p in dev_paths if minor(p) >= 0), key=minor)
 
 
 # -- packing what comes back ----------------------------------------------------------------

@@ -6,7 +6,6 @@ nvproxy's pin), whether runsc runs here at all, the CDI spec nvidia-ctk would wr
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import os
 import shutil
@@ -16,7 +15,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ateom.gpuinfo.inventory import SMI_ARGS
+from ateom.gpuinfo.gather import device_minors
+from ateom.gpuinfo.inventory import SMI_ARGS, GpuInfoError, parse_driver_version
+from ateom.gpuinfo.nvproxy import gpu_node_path
 from scripts.gpu_real_turn.actor import App
 from scripts.gpu_real_turn.node import (
     CONTROL_NODES,
@@ -27,11 +28,9 @@ from scripts.gpu_real_turn.node import (
     driver_libraries,
     dump,
     find_lib_dir,
-    gpu_node_paths,
     judge_runtime,
     nearest_driver,
     node_spec,
-    parse_driver_version,
     run,
     scrub,
 )
@@ -41,7 +40,10 @@ def record_node(args: argparse.Namespace, facts: dict[str, Any], data: dict[str,
     """The node's records (kept in facts["records"] for the fixtures) and facts."""
     proc = Path(args.proc_root) / "driver" / "nvidia"
     version_text = (proc / "version").read_text() if (proc / "version").exists() else ""
-    driver = parse_driver_version(version_text)
+    try:
+        driver = parse_driver_version(version_text, source=str(proc / "version"))
+    except GpuInfoError:
+        driver = ""
     records: dict[str, str] = {"proc/driver/nvidia/version": version_text} if version_text else {}
     for info in sorted((proc / "gpus").glob("*/information")):
         records[f"proc/driver/nvidia/gpus/{info.parent.name}/information"] = info.read_text()
@@ -70,8 +72,10 @@ def record_node(args: argparse.Namespace, facts: dict[str, Any], data: dict[str,
             listing.append(f"{p} {kind}")
     records["driver-files.txt"] = "\n".join(listing) + "\n"
     data["driver_libraries"] = [p.name for p in driver_libraries(lib_dir, driver)]
-    gpus = gpu_node_paths(glob.glob(args.gpu_glob))
-    facts["gpu_nodes"] = gpus
+    minors, problems = device_minors(args.gpu_glob)
+    facts["gpu_nodes"] = [gpu_node_path(m) for m in sorted(minors)]
+    if problems:
+        facts["gpu_node_problems"] = problems
     facts["control_nodes"] = [f"/dev/{c}" for c in CONTROL_NODES if os.path.exists(f"/dev/{c}")]
     version = run([args.runsc, "--version"], 30)
     facts["runsc"] = version.out.strip().splitlines()[0] if version.ok else version.why()

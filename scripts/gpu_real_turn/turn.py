@@ -28,6 +28,7 @@ that ran passed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -49,7 +50,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from ateom._proto import ateom_pb2 as pb
 from ateom._proto import ateom_pb2_grpc as pb_grpc
-from ateom.gpuinfo.inventory import COMPUTE_APPS_ARGS
+from ateom.gpuinfo.gather import device_memory_by_pid
+from ateom.process.runner import subprocess_runner
 from scripts.gpu_real_turn.actor import App, ticks, wait_ticks
 from scripts.gpu_real_turn.node import (
     Skip,
@@ -256,28 +258,27 @@ class Turns:
 
     # -- the GPU, as nvidia-smi sees it --------------------------------------------------
 
-    def smi(self, args: tuple[str, ...]) -> list[list[str]]:
-        r = run([self.args.nvidia_smi, *args], 30)
-        if not r.ok:
-            raise StepFailed(f"nvidia-smi {' '.join(args)}: {r.why()}")
-        return [[c.strip() for c in line.split(",")] for line in r.out.splitlines()
-                if line.strip() and not line.startswith("No running")]
-
     def gpu_use(self) -> dict[str, Any]:
-        """Processes on the GPU and its memory in use (MiB), now."""
-        apps = self.smi(COMPUTE_APPS_ARGS)
-        mem = self.smi(MEMORY_ARGS)
-        return {"processes": [{"pid": a[0], "used_mib": a[1]} for a in apps if len(a) > 1],
-                "memory_used_mib": sum(int(m[1]) for m in mem if len(m) > 2 and m[1].isdigit())}
+        """Processes on the GPU (pid -> MiB, as ateom reads them) and its memory in use."""
+        held, why = device_memory_by_pid(self.args.nvidia_smi, subprocess_runner)
+        if held is None:
+            raise StepFailed(why)
+        return {"processes": {str(pid): mib for pid, mib in held.items()},
+                "memory_used_mib": self.memory_used()}
+
+    def memory_used(self) -> int:
+        """MiB in use on the node's GPUs, summed (nvidia-smi's memory.used)."""
+        r = run([self.args.nvidia_smi, *MEMORY_ARGS], 10)
+        if not r.ok:
+            raise StepFailed(f"nvidia-smi {MEMORY_ARGS[0]}: {r.why()}")
+        rows = [line.split(",") for line in r.out.splitlines() if line.count(",") >= 2]
+        return sum(int(row[1]) for row in rows if row[1].strip().isdigit())
 
     def sample_memory(self, stop: threading.Event, out: list[tuple[float, int]]) -> None:
         began = time.monotonic()
         while not stop.is_set():
-            r = run([self.args.nvidia_smi, *MEMORY_ARGS], 10)
-            used = [int(line.split(",")[1]) for line in r.out.splitlines()
-                    if line.count(",") >= 2 and line.split(",")[1].strip().isdigit()]
-            if used:
-                out.append((time.monotonic() - began, sum(used)))
+            with contextlib.suppress(StepFailed):
+                out.append((time.monotonic() - began, self.memory_used()))
             stop.wait(0.2)
 
     # -- one turn ---------------------------------------------------------------------

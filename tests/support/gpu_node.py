@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -128,7 +128,7 @@ def _pod_view(csv_text: str, buses: set[str]) -> str:
     return "".join(rows)
 
 
-def _smi_script(csv_path: Path, behaviour: str) -> str:
+def _smi_script(csv_path: Path, behaviour: str, also: Sequence[tuple[str, Path]] = ()) -> str:
     query = shlex.quote(" ".join(SMI_ARGS))
     if behaviour == "hang":
         answer = "sleep 600"
@@ -137,20 +137,25 @@ def _smi_script(csv_path: Path, behaviour: str) -> str:
     else:
         answer = f"exec cat {shlex.quote(str(csv_path))}"
     return ("#!/bin/sh\n"
-            "# Stand-in nvidia-smi (tests.support.gpu_node): answers ateom's query only.\n"
+            "# Stand-in nvidia-smi (tests.support.gpu_node): answers ateom's query (and\n"
+            "# what a test adds) only.\n"
             f'if [ "$*" = {query} ]; then\n  {answer}\nfi\n'
-            'echo "stand-in nvidia-smi: unsupported arguments: $*" >&2\nexit 2\n')
+            + "".join(f'if [ "$*" = {shlex.quote(args)} ]; then\n'
+                      f"  exec cat {shlex.quote(str(out))}\nfi\n" for args, out in also)
+            + 'echo "stand-in nvidia-smi: unsupported arguments: $*" >&2\nexit 2\n')
 
 
 def write_gpu_node(root: str | os.PathLike[str], fixture: str | os.PathLike[str], *,
-                   pod_minors: Iterable[int] | None = None, smi: str = "ok") -> GpuNode:
+                   pod_minors: Iterable[int] | None = None, smi: str = "ok",
+                   also: Mapping[str, str] | None = None) -> GpuNode:
     """Lay out a node under `root` from `fixture` (a recorded or generated dir).
 
     ``proc/`` is copied whole (procfs shows the host's every GPU); ``dev/``
     gets ``nvidiactl``, ``nvidia-uvm`` and ``nvidia<minor>`` for `pod_minors` only (default:
     every GPU of the fixture), as regular files standing in for the Pod's
     device nodes; ``bin/nvidia-smi`` behaves as `smi` says and, like NVML in
-    a Pod, lists only the Pod's GPUs, indexed from 0 in the recorded order.
+    a Pod, lists only the Pod's GPUs, indexed from 0 in the recorded order;
+    `also` gives it more answers: its arguments, space-joined, -> what it prints.
     """
     if smi not in SMI_BEHAVIOURS:
         raise ValueError(f"smi must be one of {SMI_BEHAVIOURS}, not {smi!r}")
@@ -171,7 +176,11 @@ def write_gpu_node(root: str | os.PathLike[str], fixture: str | os.PathLike[str]
     buses = {host[m] for m in minors if m in host}
     csv_path.write_text(_pod_view((source / _SMI_CSV).read_text(), buses))
     smi_path = bin_dir / "nvidia-smi"
+    answers = []
+    for n, (args, text) in enumerate((also or {}).items()):
+        answers.append((args, csv_path.parent / f"also-{n}.txt"))
+        answers[-1][1].write_text(text)
     if smi != "missing":
-        smi_path.write_text(_smi_script(csv_path, smi))
+        smi_path.write_text(_smi_script(csv_path, smi, answers))
         smi_path.chmod(0o755)
     return GpuNode(base, str(base / "proc"), str(dev), str(smi_path))

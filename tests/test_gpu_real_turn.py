@@ -20,13 +20,13 @@ import pytest
 from ateom.gpuinfo.gather import gather_worker_gpus
 from ateom.gpuinfo.inventory import COMPUTE_APPS_ARGS
 from scripts.gpu_real_turn.actor import ticks
+from scripts.gpu_real_turn.gpu_watch import MEMORY_ARGS
 from scripts.gpu_real_turn.node import (
     judge_runtime,
     nearest_driver,
     node_spec,
     scrub,
 )
-from scripts.gpu_real_turn.turn import MEMORY_ARGS
 from tests.support.cuda_stand_in import GCC, build_libcuda_stand_in
 from tests.support.gpu_node import SimGpu, write_gpu_node, write_sim_fixture
 from tests.support.newest_runsc import newest_runsc
@@ -121,6 +121,31 @@ def dry_run_node(base: Path) -> Path:
     return node.root
 
 
+def brought_back_fixtures_read_as_a_recorded_node(packed: Path, tmp_path: Path) -> None:
+    """The fixtures the script packs: laid out as tests/fixtures/gpu/<name>/, nothing
+    unscrubbed left, and read by the gatherer as any recorded node is."""
+    with tarfile.open(packed) as tar:
+        names = set(tar.getnames())
+        texts = {n: tar.extractfile(n).read().decode()  # type: ignore[union-attr]
+                 for n in names if tar.getmember(n).isfile()}
+    base = f"h200-1gpu-{DRIVER}"
+    assert {f"{base}/proc/driver/nvidia/version", f"{base}/nvidia-smi/q.txt",
+            f"{base}/nvidia-smi/query-gpu.csv", f"{base}/cdi/nvidia.json",
+            f"{base}/doctor.json", f"{base}/PROVENANCE.md",
+            f"{base}/proc/driver/nvidia/gpus/0000:18:00.0/information"} <= names
+    assert not [n for n, t in texts.items() if SIM_UUID in t or SERIAL in t]
+    # Brought back as it is, the node is one more recorded fixture the parsers' tests read
+    # (tests/gpuinfo's `recorded` takes every dir under tests/fixtures/gpu/).
+    for name, text in texts.items():  # written by hand: Debian 12's tarfile has no filter=
+        (tmp_path / "brought" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "brought" / name).write_text(text)
+    node = write_gpu_node(tmp_path / "as-recorded", tmp_path / "brought" / base)
+    gathered = gather_worker_gpus(proc_root=node.proc_root, gpu_glob=node.gpu_glob,
+                                  nvidia_smi=node.nvidia_smi)
+    assert gathered.problems == () and gathered.driver_version == DRIVER
+    assert [g.uuid for g in gathered.gpus] == ["GPU-f0000000-0000-4000-8000-000000000000"]
+
+
 NEWEST, WHY = newest_runsc()
 CANNOT = (WHY if NEWEST is None else can_make_namespaces()
           or ("" if GCC else "needs gcc (turn_app, the stand-in libcuda)")
@@ -177,31 +202,14 @@ def test_the_dry_run_takes_every_step_on_the_stand_in_node(tmp_path: Path) -> No
     first = steps["turn 8 MiB"]
     assert first["record"]["gpus"] and first["stats"]["memory_current_bytes"] > 0
     two = steps["two actors, 8 MiB each"]
-    assert two["b_refused"].startswith("RESOURCE_EXHAUSTED")
+    # A refusal names the call, the actor and its bound, as every failed call does.
+    assert two["b_refused"].startswith("RunWorkload turn-b: RESOURCE_EXHAUSTED: ")
+    assert two["b_refused"].endswith("(bounded at 120 s)")
     assert two["a_counter"]["first_after_restore"] == two["a_counter"][
         "last_before_checkpoint"] + 1
     summary = (out / "summary.md").read_text()
     assert "| 8 |" in summary and "| 16 |" in summary
-    with tarfile.open(out / "fixtures.tar.gz") as tar:
-        names = set(tar.getnames())
-        texts = {n: tar.extractfile(n).read().decode()  # type: ignore[union-attr]
-                 for n in names if tar.getmember(n).isfile()}
-    base = f"h200-1gpu-{DRIVER}"
-    assert {f"{base}/proc/driver/nvidia/version", f"{base}/nvidia-smi/q.txt",
-            f"{base}/nvidia-smi/query-gpu.csv", f"{base}/cdi/nvidia.json",
-            f"{base}/doctor.json", f"{base}/PROVENANCE.md",
-            f"{base}/proc/driver/nvidia/gpus/0000:18:00.0/information"} <= names
-    assert not [n for n, t in texts.items() if SIM_UUID in t or SERIAL in t]
-    # Brought back as it is, the node is one more recorded fixture the parsers' tests read
-    # (tests/gpuinfo's `recorded` takes every dir under tests/fixtures/gpu/).
-    for name, text in texts.items():  # written by hand: Debian 12's tarfile has no filter=
-        (tmp_path / "brought" / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / "brought" / name).write_text(text)
-    node = write_gpu_node(tmp_path / "as-recorded", tmp_path / "brought" / base)
-    gathered = gather_worker_gpus(proc_root=node.proc_root, gpu_glob=node.gpu_glob,
-                                  nvidia_smi=node.nvidia_smi)
-    assert gathered.problems == () and gathered.driver_version == DRIVER
-    assert [g.uuid for g in gathered.gpus] == ["GPU-f0000000-0000-4000-8000-000000000000"]
+    brought_back_fixtures_read_as_a_recorded_node(out / "fixtures.tar.gz", tmp_path)
     with tarfile.open(out / "logs.tar.gz") as tar:
         logs = set(tar.getnames())
     assert "ateom.log" in logs and "logs/turn-0/app.log" in logs

@@ -32,6 +32,14 @@ class StepFailed(Exception):
     """A step's check failed; the message says what was seen."""
 
 
+class CallFailed(StepFailed):
+    """An RPC to the daemon failed; `code` is its gRPC status (RESOURCE_EXHAUSTED...)."""
+
+    def __init__(self, message: str, code: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
 class Skip(Exception):
     """A step not run, and why (too little time left, nothing to run it on)."""
 
@@ -62,7 +70,9 @@ class Ran:
 
 def run(argv: Sequence[str], timeout: float, *, env: Mapping[str, str] | None = None,
         cwd: str | os.PathLike[str] | None = None) -> Ran:
-    """Run `argv` for at most `timeout` s; never raises for a failing command."""
+    """Run `argv` for at most `timeout` s; never raises for a failing command. Not
+    `ateom.process.runner.subprocess_runner`: that one merges stderr into stdout, and
+    the ateom verbs run here print JSON on stdout alone."""
     started = time.monotonic()
     try:
         p = subprocess.run(list(argv), capture_output=True, text=True, errors="replace",

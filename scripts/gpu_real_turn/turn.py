@@ -28,7 +28,6 @@ that ran passed.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import re
@@ -39,9 +38,6 @@ import sys
 import tarfile
 import threading
 import time
-import traceback
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -50,15 +46,13 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from ateom._proto import ateom_pb2 as pb
 from ateom._proto import ateom_pb2_grpc as pb_grpc
-from ateom.gpuinfo.gather import device_memory_by_pid
-from ateom.process.runner import subprocess_runner
 from scripts.gpu_real_turn.actor import App, ticks, wait_ticks
+from scripts.gpu_real_turn.gpu_watch import GpuWatch
 from scripts.gpu_real_turn.node import (
+    CallFailed,
     Skip,
     StepFailed,
     add_file_tail,
-    dump,
-    run,
 )
 from scripts.gpu_real_turn.records import (
     can_run_runsc,
@@ -67,51 +61,7 @@ from scripts.gpu_real_turn.records import (
     record_node,
     write_spec,
 )
-
-MEMORY_ARGS = ("--query-gpu=index,memory.used,memory.total", "--format=csv,noheader,nounits")
-
-
-@dataclass
-class Report:
-    """Every step's outcome, written to `path` after each step."""
-
-    path: Path
-    started: float = field(default_factory=time.monotonic)
-    steps: list[dict[str, Any]] = field(default_factory=list)
-    facts: dict[str, Any] = field(default_factory=dict)
-
-    def step(self, name: str, fn: Callable[[dict[str, Any]], None]) -> bool:
-        """Run `fn(data)`; record ok / failed (with why) / skipped and its time."""
-        data: dict[str, Any] = {}
-        began = time.monotonic()
-        status, why = "ok", ""
-        print(f"== {name}", flush=True)
-        try:
-            fn(data)
-        except Skip as exc:
-            status, why = "skipped", str(exc)
-        except grpc.RpcError as exc:
-            status, why = "failed", f"{exc.code().name}: {exc.details()}"
-        except StepFailed as exc:
-            status, why = "failed", str(exc)
-        except Exception as exc:  # noqa: BLE001 - a step's failure is reported, not raised
-            # Unforeseen: where it broke comes back too (the first real run is the test).
-            status, why = "failed", f"{type(exc).__name__}: {exc}"
-            data["traceback"] = traceback.format_exc()[-3000:]
-        seconds = round(time.monotonic() - began, 2)
-        self.steps.append({"step": name, "status": status, "why": why, "seconds": seconds,
-                           **data})
-        print(f"   {status} in {seconds} s{': ' + why if why else ''}", flush=True)
-        self.write()
-        return status == "ok"
-
-    def write(self) -> None:
-        self.path.write_text(dump({"facts": self.facts, "steps": self.steps,
-                                   "elapsed_s": round(time.monotonic() - self.started, 1)}))
-
-    def ok(self) -> bool:
-        return all(s["status"] != "failed" for s in self.steps)
-
+from scripts.gpu_real_turn.report import Report, summary
 
 # -- the run ------------------------------------------------------------------------------
 
@@ -130,6 +80,7 @@ class Turns:
         self.daemon_log = self.work / "ateom.log"
         self.channel: grpc.Channel | None = None
         self.app = App(args, report.facts)
+        self.gpu = GpuWatch(args.nvidia_smi)
 
     # -- the daemon ----------------------------------------------------------------------
 
@@ -212,23 +163,30 @@ class Turns:
     def spec(self) -> pb.WorkloadSpec:
         return pb.WorkloadSpec(containers=[pb.Container(name="app")])
 
-    def start(self, uid: str, mib: int) -> float:
-        """RunWorkload: the call's seconds (raises grpc.RpcError when refused)."""
+    def call(self, method: str, uid: str, request: Any, timeout: float) -> Any:
+        """``Ateom.<method>`` for `uid`, bounded by `timeout`; a failure names the call,
+        the actor and the bound (`CallFailed`, its gRPC code kept)."""
+        try:
+            return getattr(self.ateom, method)(request, timeout=timeout)
+        except grpc.RpcError as exc:
+            raise CallFailed(f"{method} {uid}: {exc.code().name}: {exc.details()}"
+                             f" (bounded at {timeout:.0f} s)", exc.code().name) from exc
+
+    def timed(self, method: str, uid: str, request: Any, mib: int) -> float:
+        """The call's seconds; an actor of `mib` MiB gets 120 s plus 100 MB/s, far below
+        what any GPU machine's disk does."""
         began = time.monotonic()
-        self.ateom.RunWorkload(pb.RunWorkloadRequest(
-            actor_uid=uid, actor_name=uid, actor_dirs=self.dirs(uid), spec=self.spec(),
-            gpus=pb.GpuRequest(count=1)), timeout=self.call_bound(mib))
+        self.call(method, uid, request, 120 + mib / 100)
         return time.monotonic() - began
 
-    def call_bound(self, mib: int) -> float:
-        return 120 + mib / 100  # 100 MB/s: far below any disk a GPU machine has
+    def start(self, uid: str, mib: int) -> float:
+        return self.timed("RunWorkload", uid, pb.RunWorkloadRequest(
+            actor_uid=uid, actor_name=uid, actor_dirs=self.dirs(uid), spec=self.spec(),
+            gpus=pb.GpuRequest(count=1)), mib)
 
     def checkpoint(self, uid: str, mib: int) -> float:
-        began = time.monotonic()
-        self.ateom.CheckpointWorkload(pb.CheckpointWorkloadRequest(
-            actor_uid=uid, actor_name=uid, actor_dirs=self.dirs(uid)),
-            timeout=self.call_bound(mib))
-        return time.monotonic() - began
+        return self.timed("CheckpointWorkload", uid, pb.CheckpointWorkloadRequest(
+            actor_uid=uid, actor_name=uid, actor_dirs=self.dirs(uid)), mib)
 
     def hand_over(self, uid: str) -> None:
         """The node agent's part between a checkpoint and its restore."""
@@ -237,49 +195,25 @@ class Turns:
         os.rename(d.checkpoint_dir, d.restore_dir)
 
     def restore(self, uid: str, mib: int) -> float:
-        began = time.monotonic()
-        self.ateom.RestoreWorkload(pb.RestoreWorkloadRequest(
-            actor_uid=uid, actor_name=uid, actor_dirs=self.dirs(uid), spec=self.spec()),
-            timeout=self.call_bound(mib))
-        return time.monotonic() - began
+        return self.timed("RestoreWorkload", uid, pb.RestoreWorkloadRequest(
+            actor_uid=uid, actor_name=uid, actor_dirs=self.dirs(uid), spec=self.spec()), mib)
 
     def terminate(self, uid: str) -> None:
-        self.ateom.TerminateWorkload(pb.TerminateWorkloadRequest(
-            actor_uid=uid, actor_name=uid, actor_dirs=self.dirs(uid)), timeout=120)
+        self.call("TerminateWorkload", uid, pb.TerminateWorkloadRequest(
+            actor_uid=uid, actor_name=uid, actor_dirs=self.dirs(uid)), 120)
 
     def settle(self, timeout: float = 120) -> None:
+        """Until no actor is releasing (a checkpointed sandbox reaped, its GPU free)."""
         deadline = time.monotonic() + timeout
+        releasing: list[str] = []
         while time.monotonic() < deadline:
             status = self.inspect.GetStatus(pb.GetStatusRequest(), timeout=10)
-            if not any(a.phase == "releasing" for a in status.actors):
+            releasing = [a.actor_uid for a in status.actors if a.phase == "releasing"]
+            if not releasing:
                 return
             time.sleep(0.05)
-        raise StepFailed(f"actors still releasing after {timeout:.0f} s")
-
-    # -- the GPU, as nvidia-smi sees it --------------------------------------------------
-
-    def gpu_use(self) -> dict[str, Any]:
-        """Processes on the GPU (pid -> MiB, as ateom reads them) and its memory in use."""
-        held, why = device_memory_by_pid(self.args.nvidia_smi, subprocess_runner)
-        if held is None:
-            raise StepFailed(why)
-        return {"processes": {str(pid): mib for pid, mib in held.items()},
-                "memory_used_mib": self.memory_used()}
-
-    def memory_used(self) -> int:
-        """MiB in use on the node's GPUs, summed (nvidia-smi's memory.used)."""
-        r = run([self.args.nvidia_smi, *MEMORY_ARGS], 10)
-        if not r.ok:
-            raise StepFailed(f"nvidia-smi {MEMORY_ARGS[0]}: {r.why()}")
-        rows = [line.split(",") for line in r.out.splitlines() if line.count(",") >= 2]
-        return sum(int(row[1]) for row in rows if row[1].strip().isdigit())
-
-    def sample_memory(self, stop: threading.Event, out: list[tuple[float, int]]) -> None:
-        began = time.monotonic()
-        while not stop.is_set():
-            with contextlib.suppress(StepFailed):
-                out.append((time.monotonic() - began, self.memory_used()))
-            stop.wait(0.2)
+        raise StepFailed(f"GetStatus: {', '.join(releasing)} still releasing after"
+                         f" {timeout:.0f} s")
 
     # -- one turn ---------------------------------------------------------------------
 
@@ -287,66 +221,78 @@ class Turns:
         """Run -> (stats) -> checkpoint -> restore -> terminate of one actor of `mib` MiB,
         every check the issue names; the timings in `data`."""
         self.app.actor_bundles(self.actors, uid, mib)
-        baseline = self.gpu_use()["memory_used_mib"]
+        baseline = self.gpu.use()["memory_used_mib"]
         log = self.app_log(uid)
         data["run_s"] = round(self.start(uid, mib), 3)
         before = wait_ticks(log, 0, 3, 60 + mib / 500, f"{uid} after RunWorkload")
-        text = log.read_text(errors="replace")
-        m = re.search(r"turn_app: filled bytes=(\d+) seconds=([\d.]+)", text)
+        m = re.search(r"turn_app: filled bytes=(\d+) seconds=([\d.]+)",
+                      log.read_text(errors="replace"))
         data["fill_s"] = float(m.group(2)) if m else None
         if any(b for _, b, _ in before):
             raise StepFailed(f"{uid}: the pattern was wrong before any checkpoint: {before}")
         if detail:
-            sample = self.ateom.GetWorkloadStats(pb.GetWorkloadStatsRequest(actor_uid=uid),
-                                                 timeout=30).sample
+            sample = self.call("GetWorkloadStats", uid,
+                               pb.GetWorkloadStatsRequest(actor_uid=uid), 30).sample
             data["stats"] = {"memory_current_bytes": sample.memory_current_bytes,
                              "cpu_usage_usec": sample.cpu_usage_usec}
-        running = self.gpu_use()
-        data["gpu_while_running"] = running
+        data["gpu_while_running"] = self.gpu.use()
+        last, size = self.measured_checkpoint(uid, mib, baseline, data, detail=detail)
+        self.hand_over(uid)
+        self.checked_restore(uid, mib, last, data)
+        data["restore_mb_s"] = round(size / 1e6 / data["restore_s"], 1)
+        self.terminate(uid)
+        self.settle()
+        shutil.rmtree(self.dirs(uid).restore_dir, ignore_errors=True)
+
+    def measured_checkpoint(self, uid: str, mib: int, baseline: int, data: dict[str, Any],
+                            *, detail: bool) -> tuple[int, int]:
+        """CheckpointWorkload with nvidia-smi sampled meanwhile: when the GPU's memory
+        came back, that no process is left on it, the image's size (and the record);
+        returns (the last tick before it, the image's bytes)."""
         samples: list[tuple[float, int]] = []
         stop = threading.Event()
-        sampler = threading.Thread(target=self.sample_memory, args=(stop, samples), daemon=True)
+        sampler = threading.Thread(target=self.gpu.sample, args=(stop, samples), daemon=True)
         sampler.start()
         try:
             data["checkpoint_s"] = round(self.checkpoint(uid, mib), 3)
         finally:
             stop.set()
             sampler.join(15)
-        last = ticks(log)[-1]
-        freed_at = next((t for t, used in samples if used <= baseline + max(64, mib // 20)),
-                        None)
+        last = ticks(self.app_log(uid))[-1][0]
+        back = baseline + max(64, mib // 20)  # what the GPU held before, give or take
+        freed_at = next((t for t, used in samples if used <= back), None)
         data["gpu_released_after_s"] = None if freed_at is None else round(freed_at, 2)
         self.settle()
-        after = self.gpu_use()
+        after = self.gpu.use()
         data["gpu_after_checkpoint"] = after
-        data["gpu_freed"] = (not after["processes"]
-                             and after["memory_used_mib"] <= baseline + max(64, mib // 20))
+        data["gpu_freed"] = not after["processes"] and after["memory_used_mib"] <= back
         ckpt = Path(self.dirs(uid).checkpoint_dir)
         size = sum(p.stat().st_size for p in ckpt.rglob("*") if p.is_file())
         data["image_bytes"] = size
         data["checkpoint_mb_s"] = round(size / 1e6 / data["checkpoint_s"], 1)
-        record = ckpt / "ateom-compat.json"
         if detail:
+            record = ckpt / "ateom-compat.json"
             data["record"] = json.loads(record.read_text()) if record.exists() else None
         if not data["gpu_freed"]:
             raise StepFailed(f"{uid}: the GPU was not freed by the checkpoint: {after}"
                              f" (baseline {baseline} MiB)")
-        self.hand_over(uid)
+        return last, size
+
+    def checked_restore(self, uid: str, mib: int, last: int, data: dict[str, Any]) -> None:
+        """RestoreWorkload, then its first ticks: the counter going on from `last` by
+        one, no word of the pattern wrong."""
+        log = self.app_log(uid)
         mark = log.stat().st_size
         data["restore_s"] = round(self.restore(uid, mib), 3)
         answered = time.time()
         resumed = wait_ticks(log, mark, 3, 60 + mib / 500, f"{uid} after RestoreWorkload")
-        data["restore_mb_s"] = round(size / 1e6 / data["restore_s"], 1)
         data["first_tick_after_restore_s"] = round(max(0.0, resumed[0][2] - answered), 3)
-        data["counter"] = {"last_before_checkpoint": last[0], "first_after_restore": resumed[0][0]}
-        if resumed[0][0] != last[0] + 1:
-            raise StepFailed(f"{uid}: the counter did not go on from {last[0]}: after the"
+        data["counter"] = {"last_before_checkpoint": last, "first_after_restore": resumed[0][0]}
+        if resumed[0][0] != last + 1:
+            raise StepFailed(f"{uid}: the counter did not go on from {last}: after the"
                              f" restore it read {resumed[0][0]}")
         if any(b for _, b, _ in resumed):
             raise StepFailed(f"{uid}: the pattern changed across the turn: {resumed[:3]}")
-        self.terminate(uid)
-        self.settle()
-        shutil.rmtree(self.dirs(uid).restore_dir, ignore_errors=True)
 
     def take_turns(self, mib: int, data: dict[str, Any]) -> None:
         """A holds the GPU, B is refused; A checkpointed, B runs; B checkpointed,
@@ -358,9 +304,9 @@ class Turns:
         try:
             self.start("turn-b", mib)
             raise StepFailed("turn-b ran while turn-a held the only GPU (exclusive placement)")
-        except grpc.RpcError as exc:
-            data["b_refused"] = f"{exc.code().name}: {exc.details()}"
-            if exc.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
+        except CallFailed as exc:
+            data["b_refused"] = str(exc)
+            if exc.code != "RESOURCE_EXHAUSTED":
                 raise StepFailed(f"turn-b refused, but not RESOURCE_EXHAUSTED: "
                                  f"{data['b_refused']}") from exc
         data["a_checkpoint_s"] = round(self.checkpoint("turn-a", mib), 3)
@@ -390,23 +336,6 @@ class Turns:
                 if path.is_file():
                     add_file_tail(tar, f"logs/{path.relative_to(self.run_dir / 'logs')}",
                                   path, 1 << 20)
-
-
-def summary(report: Report) -> str:
-    rows = ["| MiB | run s | checkpoint s | GPU released after s | image MB | ckpt MB/s |"
-            " restore s | restore MB/s | first tick after restore s |",
-            "|---|---|---|---|---|---|---|---|---|"]
-    for s in report.steps:
-        if s["step"].startswith("turn ") and s["status"] == "ok":
-            rows.append(f"| {s['mib']} | {s['run_s']} | {s['checkpoint_s']} |"
-                        f" {s['gpu_released_after_s']} | {s['image_bytes'] / 1e6:.0f} |"
-                        f" {s['checkpoint_mb_s']} | {s['restore_s']} | {s['restore_mb_s']} |"
-                        f" {s['first_tick_after_restore_s']} |")
-    steps = "\n".join(f"- {s['step']}: **{s['status']}** ({s['seconds']} s)"
-                      f"{': ' + s['why'] if s['why'] else ''}" for s in report.steps)
-    facts = {k: v for k, v in report.facts.items() if k != "records"}
-    return (f"# A real CUDA actor's turn\n\n{steps}\n\n{chr(10).join(rows)}\n\n"
-            f"```json\n{dump(facts)}```\n")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

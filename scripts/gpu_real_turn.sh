@@ -39,12 +39,15 @@ if [[ ${1:-} == --pack ]]; then
     xz -T0 -3 -c "$2" > "$pack/runsc.xz"
     cp "$3" "$pack/cuda-checkpoint"
     cp "$busybox" "$pack/busybox"
-    # ateom's runtime dependencies at the versions CI passes with, for CPython 3.12.
-    mapfile -t pins < <(grep -E '^(grpcio|grpcio-health-checking|grpcio-reflection|protobuf|structlog|jsonschema|jsonschema-specifications|referencing|rpds-py|attrs|pyelftools|PyYAML|prometheus_client|typing_extensions)==' \
-        "$repo/constraints.txt")
-    "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
-        --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
-        --platform manylinux2014_x86_64 -d "$pack/wheels" "${pins[@]}"
+    # ateom's runtime dependencies (pyproject.toml's, pip resolving what they need) at
+    # the versions CI passes with (constraints.txt), as wheels for CPython 3.12.
+    mapfile -t deps < <("$PY" -c 'import sys, tomllib
+print("\n".join(tomllib.load(open(sys.argv[1], "rb"))["project"]["dependencies"]))' \
+        "$repo/pyproject.toml")
+    rm -f "$pack"/wheels/*.whl
+    "$PY" -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp \
+        --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+        --platform manylinux2014_x86_64 -c "$repo/constraints.txt" -d "$pack/wheels" "${deps[@]}"
     du -sh "$pack"
     exit 0
 fi

@@ -94,7 +94,8 @@ def test_the_spec_is_what_nvidia_ctk_writes_and_ateom_takes_it(tmp_path: Path) -
 
 def test_ticks_reads_the_apps_lines_past_an_offset(tmp_path: Path) -> None:
     log = tmp_path / "app.log"
-    log.write_text("I1204 runsc line\ntick=1 bad=0 t=1.5\nturn_app: x\ntick=2 bad=3 t=2.25\n")
+    log.write_text("I1204 runsc line\ntick=1 bad=0 t=1.500\nturn_app: x\ntick=2 bad=3 t=2.250\n"
+                   "tick=3 bad=0 t=3.1")  # the last line still being written
     assert ticks(log) == [(1, 0, 1.5), (2, 3, 2.25)]
     assert ticks(log, log.read_text().index("turn_app")) == [(2, 3, 2.25)]
     assert ticks(tmp_path / "none.log") == []

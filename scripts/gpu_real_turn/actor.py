@@ -22,7 +22,8 @@ from typing import Any
 from scripts.gpu_real_turn.node import StepFailed, driver_libraries, run
 
 HERE = Path(__file__).resolve().parent
-TICK_RE = re.compile(r"^tick=(\d+) bad=(\d+) t=([\d.]+)$", re.MULTILINE)
+# A whole line only (t with its three decimals): one still being written is not read.
+TICK_RE = re.compile(r"^tick=(\d+) bad=(\d+) t=(\d+\.\d{3})\n", re.MULTILINE)
 PERIOD_MS = 100
 
 

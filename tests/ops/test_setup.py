@@ -18,10 +18,11 @@ REPO = Path(__file__).resolve().parents[2]
 BOOTSTRAP = REPO / "scripts" / "bootstrap.sh"
 
 
-def bootstrap_packages() -> list[str]:
-    """The APT_PACKAGES the set-up always installs (read from the script itself)."""
-    match = re.search(r"^APT_PACKAGES=\(([^)]*)\)", BOOTSTRAP.read_text(), re.M)
-    assert match, f"{BOOTSTRAP}: no APT_PACKAGES=(...) line"
+def bootstrap_packages(array: str = "APT_PACKAGES") -> list[str]:
+    """The packages the set-up installs (read from the script itself): APT_PACKAGES, which
+    it cannot go on without, or OPTIONAL_APT_PACKAGES, which it goes on without."""
+    match = re.search(rf"^{array}=\(([^)]*)\)", BOOTSTRAP.read_text(), re.M)
+    assert match, f"{BOOTSTRAP}: no {array}=(...) line"
     return match.group(1).split()
 
 
@@ -36,11 +37,21 @@ needs_dpkg = pytest.mark.skipif(shutil.which("dpkg-query") is None,
 
 
 @needs_dpkg
-def test_every_package_the_set_up_names_is_installed() -> None:
+def test_every_package_the_set_up_needs_is_installed() -> None:
     packages = bootstrap_packages()
-    assert {"podman", "nftables", "busybox-static", "gcc"} <= set(packages)
+    assert {"nftables", "busybox-static", "gcc"} <= set(packages)
     missing = [p for p in packages if not installed(p)]
     assert not missing, f"set-up packages not installed: {missing} (run scripts/bootstrap.sh)"
+
+
+@needs_dpkg
+def test_the_optional_helpers_are_installed_or_said_not_to_be() -> None:
+    optional = bootstrap_packages("OPTIONAL_APT_PACKAGES")
+    assert {"podman", "mmdebstrap"} <= set(optional)
+    missing = [p for p in optional if not installed(p)]
+    if missing:  # the set-up went on without them, as it said; so does this check
+        pytest.skip(f"optional set-up packages not installed here: {missing} "
+                    "(the worker image test does not run)")
 
 
 @needs_dpkg

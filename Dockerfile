@@ -82,12 +82,13 @@ COPY --from=runsc /out/runsc.source /usr/local/share/ateom/runsc.source
 # The toolkit and driver dirs are settings, not PATH entries: ateom looks for nvidia-ctk
 # in $ATEOM_NVIDIA_TOOLKIT_DIR, then $ATEOM_NVIDIA_DRIVER_ROOT/bin, then PATH. These are
 # the env twins of `ateom serve --driver-root/--toolkit-dir`, read under the same names
-# by `ateom doctor`, `ateom inject` and `ateom cdi`.
+# by `ateom doctor`, `ateom inject` and `ateom cdi`. No socket or actors root here: started
+# by Substrate's controller (--pod-uid), they are the shared base dir's
+# (<base>/ateoms/<pod uid>/ateom.sock, <base>/actors), which an image default would hide;
+# the standalone example Pod (deploy/gpu-worker-pod.yaml) sets both.
 ENV PATH=/opt/ateom/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     ATEOM_RUNSC=/usr/local/bin/runsc \
-    ATEOM_SOCKET=/run/ateom/ateom.sock \
-    ATEOM_ACTORS_ROOT=/var/lib/ateom/actors \
     ATEOM_NVIDIA_DRIVER_ROOT=/usr/local/nvidia \
     ATEOM_NVIDIA_TOOLKIT_DIR=/opt/nvidia-toolkit
 # Root is required, on purpose and only for these reasons:

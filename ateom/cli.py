@@ -138,6 +138,10 @@ def build_parser() -> argparse.ArgumentParser:
                 raise
             continue
         module.register(subparsers)
+    for verb in subparsers.choices.values():
+        # `ateom serve --version` too: Substrate's workers take --version after
+        # their entrypoint, and ateom's image runs `ateom serve` as its entrypoint.
+        verb.add_argument("--version", action=_VersionAction)
     _name_verb_parsers(parser)
     return parser
 

@@ -20,11 +20,12 @@ VENV=${ATEOM_VENV:-.venv}
 # What the daemon and its suite cannot do without: a failure here stops the set-up.
 # nftables: Debian 13's podman builds a RUN step through netavark, which only
 # *recommends* nftables yet fails without `nft` (Debian 12's podman uses the CNI plugins,
-# which depend on iptables).
+# which depend on iptables). iproute2: `ip`, for the tests that stand a worker Pod's
+# network namespace up (a minimal Debian 13 has none).
 # Installed without Recommends: each package's Recommends were checked against what the
 # tests use, and this list is what they need (tests/ops/test_setup.py checks it here,
 # tests/ops/test_setup_packages.py against each release's recorded package index).
-APT_PACKAGES=(runc busybox-static gcc libc6-dev procps nftables)
+APT_PACKAGES=(runc busybox-static gcc libc6-dev procps iproute2 nftables)
 # Optional helpers: podman and mmdebstrap serve only the worker image test, which builds
 # the Dockerfile from a base image made from Debian's archive (tests/ops/test_worker_image.py).
 # When they cannot be installed the set-up says so and goes on; that test then says it did

@@ -142,7 +142,7 @@ def test_serve_help_shows_defaults_as_typed_and_what_is_required() -> None:
     done = ateom("serve", "--help")
     assert done.returncode == 0
     text = " ".join(done.stdout.split())  # argparse wraps where it likes
-    assert "must be under it [$ATEOM_ACTORS_ROOT; required]" in text
+    assert "must be under it [$ATEOM_ACTORS_ROOT; required without --pod-uid]" in text
     assert "[$ATEOM_CDI_SPEC_DIRS; default /etc/cdi:/var/run/cdi]" in text
     assert "[$ATEOM_RUNSC_GLOBAL_FLAGS; default none]" in text
     assert "default (" not in text and "default '" not in text

@@ -404,7 +404,7 @@ class GetStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GetStatusResponse(_message.Message):
-    __slots__ = ("version", "state", "actors", "gpu_present", "cdi_spec_source", "runsc", "max_actors", "spec_dirs", "gpu_placement", "gpus", "not_ready")
+    __slots__ = ("version", "state", "actors", "gpu_present", "cdi_spec_source", "runsc", "max_actors", "spec_dirs", "gpu_placement", "gpus", "not_ready", "worker")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     ACTORS_FIELD_NUMBER: _ClassVar[int]
@@ -416,6 +416,7 @@ class GetStatusResponse(_message.Message):
     GPU_PLACEMENT_FIELD_NUMBER: _ClassVar[int]
     GPUS_FIELD_NUMBER: _ClassVar[int]
     NOT_READY_FIELD_NUMBER: _ClassVar[int]
+    WORKER_FIELD_NUMBER: _ClassVar[int]
     version: str
     state: str
     actors: _containers.RepeatedCompositeFieldContainer[HostedActor]
@@ -427,7 +428,30 @@ class GetStatusResponse(_message.Message):
     gpu_placement: str
     gpus: _containers.RepeatedCompositeFieldContainer[GpuHolders]
     not_ready: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, version: _Optional[str] = ..., state: _Optional[str] = ..., actors: _Optional[_Iterable[_Union[HostedActor, _Mapping]]] = ..., gpu_present: _Optional[bool] = ..., cdi_spec_source: _Optional[str] = ..., runsc: _Optional[_Union[RunscStatus, _Mapping]] = ..., max_actors: _Optional[int] = ..., spec_dirs: _Optional[_Iterable[str]] = ..., gpu_placement: _Optional[str] = ..., gpus: _Optional[_Iterable[_Union[GpuHolders, _Mapping]]] = ..., not_ready: _Optional[_Iterable[str]] = ...) -> None: ...
+    worker: WorkerStatus
+    def __init__(self, version: _Optional[str] = ..., state: _Optional[str] = ..., actors: _Optional[_Iterable[_Union[HostedActor, _Mapping]]] = ..., gpu_present: _Optional[bool] = ..., cdi_spec_source: _Optional[str] = ..., runsc: _Optional[_Union[RunscStatus, _Mapping]] = ..., max_actors: _Optional[int] = ..., spec_dirs: _Optional[_Iterable[str]] = ..., gpu_placement: _Optional[str] = ..., gpus: _Optional[_Iterable[_Union[GpuHolders, _Mapping]]] = ..., not_ready: _Optional[_Iterable[str]] = ..., worker: _Optional[_Union[WorkerStatus, _Mapping]] = ...) -> None: ...
+
+class WorkerStatus(_message.Message):
+    __slots__ = ("pod_uid", "base_dir", "socket", "actors_root", "cpu_milli", "memory_bytes", "capacity_problems", "readiness_listen_address", "accepted_not_served")
+    POD_UID_FIELD_NUMBER: _ClassVar[int]
+    BASE_DIR_FIELD_NUMBER: _ClassVar[int]
+    SOCKET_FIELD_NUMBER: _ClassVar[int]
+    ACTORS_ROOT_FIELD_NUMBER: _ClassVar[int]
+    CPU_MILLI_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_PROBLEMS_FIELD_NUMBER: _ClassVar[int]
+    READINESS_LISTEN_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    ACCEPTED_NOT_SERVED_FIELD_NUMBER: _ClassVar[int]
+    pod_uid: str
+    base_dir: str
+    socket: str
+    actors_root: str
+    cpu_milli: int
+    memory_bytes: int
+    capacity_problems: _containers.RepeatedScalarFieldContainer[str]
+    readiness_listen_address: str
+    accepted_not_served: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, pod_uid: _Optional[str] = ..., base_dir: _Optional[str] = ..., socket: _Optional[str] = ..., actors_root: _Optional[str] = ..., cpu_milli: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., capacity_problems: _Optional[_Iterable[str]] = ..., readiness_listen_address: _Optional[str] = ..., accepted_not_served: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class HostedActor(_message.Message):
     __slots__ = ("actor_uid", "atespace", "actor_name", "phase", "containers", "devices", "sandbox_exited", "gpus", "checkpointable", "checkpoint_blocker", "exit_code", "exited_at_unix_nano", "in_progress")

@@ -49,12 +49,15 @@ import-graph test holds every package of ateom to a layering without cycles):
    observers), `server` (the thin servicer, health, reflection, TLS, drain),
    `inspection` (the operator's Inspect service: status, devices,
    PlanInjection, doctor), `metrics` (Prometheus, fed by the seams), `metrics_endpoint`
-   (their HTTP endpoint).
+   (their HTTP endpoint), `readyz` (GET /readyz, what the kubelet's readiness probe
+   asks a Substrate worker).
 
 At the top: `cli` (`ateom serve`) and `logs` (structlog setup). Below the
 daemon, and shared with `ateom doctor` and `ateom checkpoint-info`:
 `ateom.runsc` (argv builders and the capability probe), `ateom.process`
 (the reaper and the tool runner), `ateom.gpuinfo` (GPU facts, the pure
 placer, restore compatibility, nvidia-ctk), `ateom.inject` (the CDI merge),
-`ateom.settings`. See docs/daemon.md.
+`ateom.settings`, and `ateom.worker` (the worker Pod as Substrate's controller
+starts it: the base dir's layout, the capacity files, the --atunnel-* flags).
+See docs/daemon.md.
 """

@@ -38,6 +38,7 @@ from ateom.doctor.checks_node import (
     check_driver_root,
     check_gpu_nodes,
     check_toolkit,
+    check_worker,
 )
 from ateom.doctor.checks_runsc import (
     check_runsc,
@@ -65,6 +66,7 @@ _TABLE: tuple[tuple[str, Callable[[Facts], CheckResult]], ...] = (
     ("spec-libraries", check_spec_libraries),
     ("cdi-mps", check_cdi_mps),
     ("daemon-dirs", check_daemon_dirs),
+    ("worker", check_worker),
     ("runsc", check_runsc),
     ("runsc-global-flags", check_runsc_global_flags),
     ("user-namespaces", check_user_namespaces),

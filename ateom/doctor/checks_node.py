@@ -76,6 +76,32 @@ def check_daemon_dirs(f: Facts) -> CheckResult:
     return passed(name, ", ".join(f"{flag} {path}" for flag, path, _ in f.daemon_dirs))
 
 
+def check_worker(f: Facts) -> CheckResult:
+    """How Substrate's controller started this worker. WARN, never FAIL: an actor runs
+    without a known capacity, and a flag taken but not served yet (ingress, egress,
+    trace relay) costs the actor that feature, not its run."""
+    name = "worker"
+    config = f.config
+    if not config.pod_uid:
+        # A standalone daemon is a configuration of its own, not a fault.
+        return passed(name, "standalone: not started as a Substrate worker (no --pod-uid"
+                      " or $POD_UID)")
+    capacity = f.capacity
+    known = ("capacity not read" if capacity is None else
+             f"cpu {capacity.cpu_milli}m, memory {capacity.memory_bytes} bytes")
+    problems = [*(capacity.problems if capacity is not None else ()),
+                *(f"accepted, not served yet: {flag}" for flag in config.accepted_not_served)]
+    summary = f"pod {config.pod_uid}: {known}"
+    if problems:
+        return CheckResult(
+            name, Status.WARN, f"{summary}; {len(problems)} thing(s) to know",
+            fix="mount the controller's downward-API volume (limits.cpu in millicores as"
+            " cpu_milli, limits.memory as memory_bytes) at --capacity-dir; the flags taken"
+            " but not served are listed in docs/operations.md",
+            details=tuple(problems))
+    return passed(name, summary)
+
+
 def check_driver_root(f: Facts) -> CheckResult:
     name = "driver-root"
     root = f.driver_root.path

@@ -20,6 +20,7 @@ from ateom.settings import (
     NodeSettings,
     runsc_global_flags_from_env,
 )
+from ateom.worker.capacity import DEFAULT_CAPACITY_DIR
 
 DEFAULT_DEVICES = (ALL_GPUS_NAME,)
 # The libraries without which CUDA cannot start: their SONAME links are the
@@ -48,6 +49,10 @@ class DoctorConfig:
     max_actors: the daemon's ``--max-actors``.
     actors_root, run_dir: the daemon's ``--actors-root`` ("" when not given: not
         checked) and ``--run-dir``, which must be usable for it to serve.
+    pod_uid, capacity_dir, accepted_not_served: the worker Pod as Substrate's
+        controller started it (``--pod-uid`` or ``$POD_UID``; the downward-API
+        limits; the ``--atunnel-*`` flags it took and does not serve yet, which
+        only the running daemon knows: its Inspect/Doctor passes them).
     runsc_global_flags: the daemon's global runsc flags (its env twin), judged
         against the cgroups and network namespace the worker runs in.
     generate_timeout / probe_timeout: seconds allowed for nvidia-ctk cdi
@@ -67,6 +72,11 @@ class DoctorConfig:
     actors_root: str = ""
     run_dir: str = DEFAULT_RUN_DIR
     generate_timeout: float = 60.0
+    # Started as Substrate's controller starts a worker: the Pod's uid ("" when not),
+    # where its capacity files are, and the flags it takes without serving them yet.
+    pod_uid: str = ""
+    capacity_dir: str = DEFAULT_CAPACITY_DIR
+    accepted_not_served: tuple[str, ...] = ()
     # Each runsc probe command (--version, flags, help, list-supported-drivers)
     # answers in well under a second; a wedged binary must not wedge the doctor.
     probe_timeout: float = 10.0
@@ -120,4 +130,6 @@ def config_from_env(environ: Mapping[str, str] = os.environ) -> DoctorConfig:
         max_actors=actors,
         actors_root=_first(environ, ACTORS_ROOT_ENV),
         run_dir=_first(environ, RUN_DIR_ENV) or DEFAULT_RUN_DIR,
+        pod_uid=_first(environ, "ATEOM_POD_UID", "POD_UID"),
+        capacity_dir=_first(environ, "ATEOM_CAPACITY_DIR") or DEFAULT_CAPACITY_DIR,
     )

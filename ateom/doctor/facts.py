@@ -15,6 +15,7 @@ from ateom.doctor.config import DoctorConfig
 from ateom.gpuinfo.cuda_checkpoint import CudaCheckpointFacts
 from ateom.gpuinfo.inventory import WorkerGpus
 from ateom.gpuinfo.mps import MpsVerdict
+from ateom.worker.capacity import Capacity
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +170,8 @@ class Facts:
     cgroups: tuple[CgroupMount, ...] | None = None  # None when mountinfo was unreadable
     # (flag, path, why unusable or "") for --actors-root and --run-dir; () when not looked at.
     daemon_dirs: tuple[tuple[str, str, str], ...] = ()
+    # The worker container's limits (downward API); None when not read.
+    capacity: Capacity | None = None
 
     @property
     def driver_version(self) -> str:

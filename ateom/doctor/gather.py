@@ -38,6 +38,7 @@ from ateom.process.runner import (
 )
 from ateom.runsc.probe import probe_runsc, unknown_global_flags
 from ateom.settings import unusable_dir
+from ateom.worker.capacity import read_capacity
 
 
 def gather_runsc(config: DoctorConfig, run: Runner = subprocess_runner) -> RunscFact:
@@ -128,6 +129,7 @@ def gather(
         userns=gather_userns(run, config.probe_timeout),
         cgroups=gather_cgroups(),
         daemon_dirs=gather_daemon_dirs(config),
+        capacity=read_capacity(config.capacity_dir),
     )
 
 

@@ -231,7 +231,7 @@ def test_text_report_one_line_per_check_with_fix_and_verdict() -> None:
     assert lines[0].startswith("FAIL  gpu-nodes")
     assert any(line.strip().startswith("fix: request nvidia.com/gpu") for line in lines)
     # Without GPU nodes the inventory, placement and checkpoint-driver checks skip.
-    assert lines[-1] == "NOT OK: 19 passed, 0 warned, 1 failed, 3 skipped"
+    assert lines[-1] == "NOT OK: 20 passed, 0 warned, 1 failed, 3 skipped"
     for name in CHECK_NAMES:
         assert sum(1 for ln in lines if ln[6:].startswith(name + " ")) == 1, name
 

@@ -146,6 +146,9 @@ def test_pod_monitor_selects_the_worker_and_its_metrics_port(
 # newest the pinned validator knows.
 SCHEMA_VERSIONS = ("1.30", "1.37")
 CUSTOM_KINDS = {"PodMonitor"}  # prometheus-operator's CRD: no Kubernetes schema
+# Manifests that need a newer Kubernetes than the oldest above: Substrate's worker
+# Deployment projects the Pod's certificate (podCertificate volumes, Kubernetes 1.34+).
+NEWEST_ONLY = {"substrate-worker-deployment.yaml": ("1.34", "podCertificate")}
 
 
 def test_the_worker_runs_in_a_namespace_that_admits_it(pod: dict[str, Any]) -> None:
@@ -168,9 +171,17 @@ def test_every_manifest_validates_against_the_kubernetes_schema_strictly(version
             with pytest.raises(kubernetes_validate.SchemaNotFoundError):
                 kubernetes_validate.validate(doc, version, strict=True)
             continue
-        kubernetes_validate.validate(doc, version, strict=True)  # raises naming the field
+        since, feature = NEWEST_ONLY.get(path.name, ("", ""))
+        if since and tuple(map(int, version.split("."))) < tuple(map(int, since.split("."))):
+            # Refused there for exactly the feature that needs the newer version.
+            with pytest.raises(kubernetes_validate.ValidationError, match=feature):
+                kubernetes_validate.validate(doc, version, strict=True)
+            kubernetes_validate.validate(doc, since, strict=True)
+        else:
+            kubernetes_validate.validate(doc, version, strict=True)  # raises naming the field
         checked.append((path.name, doc["kind"]))
     assert ("gpu-worker-pod.yaml", "Pod") in checked
+    assert ("substrate-worker-deployment.yaml", "Deployment") in checked
 
 
 def test_a_broken_edit_fails_the_schema_check(pod: dict[str, Any]) -> None:
@@ -182,3 +193,33 @@ def test_a_broken_edit_fails_the_schema_check(pod: dict[str, Any]) -> None:
     broken["spec"]["containers"][0]["securityContxt"] = {"privileged": False}  # misspelt
     with pytest.raises(kubernetes_validate.ValidationError, match="securityContxt"):
         kubernetes_validate.validate(broken, SCHEMA_VERSIONS[-1], strict=True)
+
+
+def test_the_substrate_deployment_is_the_controllers_shape_field_for_field() -> None:
+    from tests.support import substrate
+
+    (deployment,) = [d for p, d in all_documents()
+                     if p.name == "substrate-worker-deployment.yaml"]
+    spec = deployment["spec"]["template"]["spec"]
+    (c,) = spec["containers"]
+    assert c["name"] == "ateom"
+    assert c["args"] == list(substrate.CONTROLLER_ARGS)
+    assert c["env"] == [{"name": "POD_UID",
+                         "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}}]
+    assert {p["name"]: p["containerPort"] for p in c["ports"]} == {
+        "https": 443, "connect": 8443, "readyz": substrate.READYZ_PORT}
+    assert c["readinessProbe"] == {"httpGet": {"path": "/readyz", "port": "readyz"}}
+    sc = c["securityContext"]
+    assert sc["capabilities"] == {"drop": ["ALL"], "add": list(substrate.CAPABILITIES)}
+    assert (sc["privileged"], sc["runAsUser"]) == (False, 0)
+    mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
+    assert mounts[substrate.BASE_DIR]["mountPropagation"] == "HostToContainer"
+    assert {substrate.CAPACITY_DIR, substrate.IDENTITY_DIR, substrate.EGRESS_TRUST_DIR} \
+        <= {path for path, m in mounts.items() if m.get("readOnly")}
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes["run-ateom"]["hostPath"] == {"path": substrate.BASE_DIR,
+                                                "type": "DirectoryOrCreate"}
+    items = {i["path"]: i["resourceFieldRef"] for i in
+             volumes["ateom-capacity"]["downwardAPI"]["items"]}
+    assert (items["cpu_milli"]["resource"], items["cpu_milli"]["divisor"]) == ("limits.cpu", "1m")
+    assert items["memory_bytes"]["resource"] == "limits.memory"

@@ -42,8 +42,15 @@ from ateom.settings import (
     as_typed,
     parse_placement,
 )
+from ateom.worker.atunnel import AtunnelSettings
+from ateom.worker.capacity import DEFAULT_CAPACITY_DIR
+from ateom.worker.layout import DEFAULT_BASE_DIR, WorkerLayout, check_pod_uid
 
 DEFAULT_SOCKET = "/run/ateom/ateom.sock"
+# Started as a Substrate worker (--pod-uid), the kubelet's readiness probe asks here.
+DEFAULT_WORKER_READINESS_ADDRESS = "0.0.0.0:8080"
+# Substrate sets POD_UID from the Pod's metadata.uid, and passes --pod-uid=$(POD_UID).
+POD_UID_ENV = "POD_UID"
 DEFAULT_PAUSE_CONTAINER = "_pause"
 # gRPC threads no lifecycle call may take: Health (the Pod's liveness probe)
 # and Inspect answer even while every lifecycle slot waits on a slow runsc.
@@ -75,7 +82,28 @@ class DaemonConfig:
     lock_wait: float = 300.0
     log_max_bytes: int = 16 * 1024 * 1024
     log_retention: float = 3600.0
+    # Started as Substrate's controller starts a worker (`ateom.worker`).
+    pod_uid: str = ""
+    base_dir: str = DEFAULT_BASE_DIR
+    readiness_listen_address: str = ""
+    capacity_dir: str = DEFAULT_CAPACITY_DIR
+    otlp_relay_socket: str = ""
+    atunnel: AtunnelSettings = field(default_factory=AtunnelSettings)
     env: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def accepted_not_served(self) -> tuple[str, ...]:
+        """Flags Substrate's controller gives that this daemon takes but does not serve
+        yet, as ``--flag=value`` (GetStatus, ``ateom doctor``, the start-up log)."""
+        unserved = dict(self.atunnel.unserved())
+        if self.otlp_relay_socket:
+            unserved["--otlp-relay-socket"] = self.otlp_relay_socket
+        return tuple(f"{flag}={value}" for flag, value in unserved.items())
+
+    @property
+    def layout(self) -> WorkerLayout | None:
+        """The base dir's layout for this Pod; None when not started with a pod uid."""
+        return WorkerLayout(self.base_dir, self.pod_uid) if self.pod_uid else None
 
     @property
     def rpc_threads(self) -> int:
@@ -167,6 +195,38 @@ _FLAGS: tuple[tuple[str, str, str, object, str], ...] = (
      "size at which a container's log is rotated (one previous file kept)"),
     ("--log-retention", "ATEOM_LOG_RETENTION", "float", 3600.0,
      "seconds an actor's logs are kept once it is no longer hosted"),
+    # As Substrate's WorkerPool controller starts a worker (docs/operations.md).
+    ("--pod-uid", "ATEOM_POD_UID", "str", "",
+     "the worker Pod's uid (also read from $POD_UID): the socket becomes"
+     " <base dir>/ateoms/<pod uid>/ateom.sock and the actors root <base dir>/actors,"
+     " unless --socket or --actors-root say otherwise"),
+    ("--base-dir", "ATEOM_BASE_DIR", "str", DEFAULT_BASE_DIR,
+     "the node's dir shared with the node agent (with --pod-uid)"),
+    ("--readiness-listen-address", "ATEOM_READINESS_LISTEN_ADDRESS", "str", "",
+     "serve HTTP GET /readyz on HOST:PORT: 200 when an actor can run now, else 503 with"
+     f" why (with --pod-uid: {DEFAULT_WORKER_READINESS_ADDRESS} unless set; off otherwise)"),
+    ("--capacity-dir", "ATEOM_CAPACITY_DIR", "str", DEFAULT_CAPACITY_DIR,
+     "the downward-API files with the worker's CPU (cpu_milli) and memory (memory_bytes)"
+     " limits"),
+    ("--otlp-relay-socket", "ATEOM_OTLP_RELAY_SOCKET", "str", "",
+     "accepted from Substrate's controller; traces are not exported yet (ateom doctor"
+     " says so)"),
+    ("--atunnel-listen-address", "ATEOM_ATUNNEL_LISTEN_ADDRESS", "str", "",
+     "the router's HTTPS ingress (accepted; not served yet: ateom doctor says so)"),
+    ("--atunnel-connect-listen-address", "ATEOM_ATUNNEL_CONNECT_LISTEN_ADDRESS", "str", "",
+     "CONNECT tunnels to actors (accepted; not served yet)"),
+    ("--atunnel-credential-bundle", "ATEOM_ATUNNEL_CREDENTIAL_BUNDLE", "str", "",
+     "the Pod's key and certificate chain in one PEM (accepted; not used yet)"),
+    ("--atunnel-trust-bundle", "ATEOM_ATUNNEL_TRUST_BUNDLE", "str", "",
+     "CAs an ingress client's certificate must chain to (accepted; not used yet)"),
+    ("--atunnel-client-identity", "ATEOM_ATUNNEL_CLIENT_IDENTITY", "str", "",
+     "the SPIFFE id ingress admits (accepted; not used yet)"),
+    ("--atunnel-egress-listen-address", "ATEOM_ATUNNEL_EGRESS_LISTEN_ADDRESS", "str", "",
+     "where actors' intercepted egress arrives (accepted; not served yet)"),
+    ("--atunnel-egress-trust-bundle", "ATEOM_ATUNNEL_EGRESS_TRUST_BUNDLE", "str", "",
+     "CAs the egress gateway's certificate must chain to (accepted; not used yet)"),
+    ("--atunnel-broker-identity", "ATEOM_ATUNNEL_BROKER_IDENTITY", "str", "",
+     "the SPIFFE id of a relocated install's broker (accepted; not used yet)"),
 )
 
 
@@ -178,7 +238,7 @@ def _default_note(flag: str, kind: str, default: object) -> str:
     """``required`` or ``default <value>``, the value as a person writes it in the flag
     or its twin (``/etc/cdi:/var/run/cdi``, ``none``), not as Python's repr."""
     if flag in _REQUIRED:
-        return "required"
+        return "required without --pod-uid"
     if isinstance(default, tuple):
         shown = (":" if kind == "list-colon" else " ").join(default)
     else:
@@ -238,11 +298,14 @@ def from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None
     environ = os.environ if environ is None else environ
     values: dict[str, object] = {}
     typed: dict[str, str] = {}  # flag -> how the user gave it, for errors: --flag or $ENV
+    given_flags: set[str] = set()  # given as a flag or by its twin (not defaulted)
     settings_flags = {**_NODE_FLAGS, **_GPU_FLAGS, **_NVPROXY_FLAGS}
     for flag, env, kind, default, _ in _FLAGS:
         attr = flag[2:].replace("-", "_")
         given = getattr(args, attr, None)
         typed[flag] = f"${env}" if given is None and env in environ else flag
+        if given is not None or env in environ:
+            given_flags.add(flag)
         if given is not None:
             value: object = tuple(given) if kind.startswith("list") else given
         elif attr in settings_flags:
@@ -253,6 +316,13 @@ def from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None
             value = default
         values[attr] = value
     values["runsc_global_flags"] = values.pop("runsc_global_flag")
+    # Substrate's workers spell it "warn".
+    values["log_level"] = {"warn": "warning"}.get(str(values["log_level"]).lower(),
+                                                   values["log_level"])
+    values["atunnel"] = AtunnelSettings(**{
+        attr.removeprefix("atunnel_"): str(values.pop(attr))
+        for attr in [a for a in values if a.startswith("atunnel_")]})
+    _as_a_worker(values, given_flags, typed, environ)
 
     def flags_for(fields: Mapping[str, str]) -> dict[str, Any]:
         return {name: values.pop(attr) for attr, name in fields.items() if attr in values}
@@ -264,6 +334,27 @@ def from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None
     config = DaemonConfig(**values, node=node, gpu=gpu,  # type: ignore[arg-type]
                           env=dict(environ))
     return check_config(config, typed.get)
+
+
+def _as_a_worker(values: dict[str, object], given: set[str], typed: dict[str, str],
+                 environ: Mapping[str, str]) -> None:
+    """Started as Substrate starts a worker (a pod uid, from --pod-uid or $POD_UID): the
+    socket, the actors root and the readiness address default to the worker's
+    (`ateom.worker.layout`) where neither the flag nor its twin was `given`."""
+    if not values["pod_uid"] and environ.get(POD_UID_ENV):
+        values["pod_uid"] = environ[POD_UID_ENV]
+        typed["--pod-uid"] = f"${POD_UID_ENV}"
+    uid = str(values["pod_uid"])
+    if not uid:
+        return
+    check_pod_uid(uid, typed.get("--pod-uid", "--pod-uid"))
+    layout = WorkerLayout(str(values["base_dir"]), uid)
+    if "--socket" not in given:
+        values["socket"] = layout.socket
+    if "--actors-root" not in given:
+        values["actors_root"] = layout.actors_root
+    if "--readiness-listen-address" not in given:
+        values["readiness_listen_address"] = DEFAULT_WORKER_READINESS_ADDRESS
 
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -285,8 +376,12 @@ def check_config(config: DaemonConfig,
     def said(flag: str, value: object) -> str:
         return as_typed(typed(flag) or flag, value)
 
+    for flag, path in (("--base-dir", config.base_dir), ("--capacity-dir", config.capacity_dir)):
+        if not os.path.isabs(path):
+            raise bad(f"{said(flag, path)}: must be an absolute path")
     if not config.actors_root:
-        raise bad("--actors-root (or $ATEOM_ACTORS_ROOT) is required")
+        raise bad("--actors-root (or $ATEOM_ACTORS_ROOT) is required, unless --pod-uid"
+                  " (or $POD_UID) makes it <base dir>/actors")
     if not os.path.isabs(config.actors_root):
         raise bad(f"{said('--actors-root', config.actors_root)}: must be an absolute path")
     if config.max_actors < 1:

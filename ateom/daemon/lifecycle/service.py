@@ -64,6 +64,7 @@ from ateom.process.reaper import Reaper, default_reaper
 from ateom.runsc.commands import RunscError
 from ateom.runsc.probe import PROBE_TIMEOUT, RunscInfo, probe_runsc
 from ateom.settings import parse_placement
+from ateom.worker.capacity import read_capacity
 
 log = structlog.get_logger("ateom.service")
 
@@ -91,6 +92,8 @@ class AteomService:
                               environ=self.environ, reaper=self.reaper)
         self.releases = Releases(self.hosting, self.gpus, self.actors)
         self.checkpoints = Checkpoints(config, self.gpus, self.releases)
+        # Read once, as Substrate's workers do: the Pod is not resized in place.
+        self.capacity = read_capacity(config.capacity_dir)
         self.janitor = LogJanitor(
             config.log_root, max_bytes=config.log_max_bytes, retention=config.log_retention,
             hosted=lambda: [a.ref.actor_uid for a in self.actors.snapshot()])

@@ -43,6 +43,7 @@ from ateom.gpuinfo.record import RunscBuild
 from ateom.process.reaper import Reaper
 from ateom.process.runner import reaper_runner
 from ateom.runsc.probe import RunscInfo
+from ateom.worker.capacity import Capacity
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +74,25 @@ class DaemonStatus:
     gpu_placement: str = ""
     placement: PlacementSnapshot | None = None
     not_ready: tuple[str, ...] = ()  # why Health is NOT_SERVING
+    worker: WorkerStatus | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerStatus:
+    """The worker Pod as started: its uid, the base dir's paths, its capacity."""
+
+    pod_uid: str
+    base_dir: str
+    socket: str
+    actors_root: str
+    capacity: Capacity
+    readiness_listen_address: str
+    accepted_not_served: tuple[str, ...]
+
+    @classmethod
+    def of(cls, config: DaemonConfig, capacity: Capacity) -> WorkerStatus:
+        return cls(config.pod_uid, config.base_dir, config.socket, config.actors_root,
+                   capacity, config.readiness_listen_address, config.accepted_not_served)
 
 
 def doctor_config(config: DaemonConfig, spec_dirs: Sequence[str]) -> DoctorConfig:
@@ -82,7 +102,9 @@ def doctor_config(config: DaemonConfig, spec_dirs: Sequence[str]) -> DoctorConfi
     return DoctorConfig(node=node, gpu=config.gpu, runsc=config.runsc,
                         runsc_global_flags=config.runsc_global_flags,
                         max_actors=config.max_actors, actors_root=config.actors_root,
-                        run_dir=config.run_dir)
+                        run_dir=config.run_dir, pod_uid=config.pod_uid,
+                        capacity_dir=config.capacity_dir,
+                        accepted_not_served=config.accepted_not_served)
 
 
 class Inspector:
@@ -93,8 +115,10 @@ class Inspector:
                  catalog: DeviceCatalog, injector: Injector, reaper: Reaper,
                  probe: Callable[[str], RunscInfo], environ: Mapping[str, str],
                  gpus: GpuActors,
-                 not_ready: Callable[[], tuple[str, ...]] = lambda: ()) -> None:
+                 not_ready: Callable[[], tuple[str, ...]] = lambda: (),
+                 capacity: Capacity | None = None) -> None:
         self.not_ready = not_ready
+        self.capacity = capacity or Capacity()
         self.config = config
         self.gpus = gpus
         self.actors = actors
@@ -111,7 +135,7 @@ class Inspector:
         return cls(service.config, actors=service.actors, admission=service.admission,
                    catalog=service.catalog, injector=service.injector, reaper=service.reaper,
                    probe=service.probe, environ=service.environ, gpus=service.gpus,
-                   not_ready=service.not_ready)
+                   not_ready=service.not_ready, capacity=service.capacity)
 
     def actors_now(self) -> tuple[ActorStatus, ...]:
         """Each hosted actor, its GPUs, and whether it could be checkpointed now."""
@@ -154,6 +178,7 @@ class Inspector:
             gpu_placement=str(self.gpus.pool.settings),
             placement=self.gpus.pool.snapshot(),
             not_ready=self.not_ready(),
+            worker=WorkerStatus.of(self.config, self.capacity),
         )
 
     def devices(self) -> Registry:
@@ -264,7 +289,19 @@ def status_response(status: DaemonStatus) -> pb.GetStatusResponse:
         gpu_placement=status.gpu_placement,
         gpus=gpu_holders(status.placement),
         not_ready=list(status.not_ready),
+        worker=worker_status(status.worker) if status.worker is not None else None,
     )
+
+
+def worker_status(worker: WorkerStatus) -> pb.WorkerStatus:
+    """WorkerStatus -> wire (pure)."""
+    return pb.WorkerStatus(
+        pod_uid=worker.pod_uid, base_dir=worker.base_dir, socket=worker.socket,
+        actors_root=worker.actors_root, cpu_milli=worker.capacity.cpu_milli,
+        memory_bytes=worker.capacity.memory_bytes,
+        capacity_problems=list(worker.capacity.problems),
+        readiness_listen_address=worker.readiness_listen_address,
+        accepted_not_served=list(worker.accepted_not_served))
 
 
 def devices_response(registry: Registry) -> pb.ListDevicesResponse:

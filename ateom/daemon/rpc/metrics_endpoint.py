@@ -21,12 +21,13 @@ from ateom.gpuinfo.placement import PlacementSnapshot
 from ateom.inject.soname import DEFAULT_SONAME_CACHE
 
 
-def parse_listen_address(host_port: str) -> tuple[str, int]:
-    """``HOST:PORT`` (``[v6]:PORT`` for IPv6; empty host = all interfaces) -> (host, port)."""
+def parse_listen_address(host_port: str, flag: str = "--metrics-listen") -> tuple[str, int]:
+    """``HOST:PORT`` (``[v6]:PORT`` for IPv6; empty host = all interfaces) -> (host, port);
+    INVALID_ARGUMENT naming `flag` otherwise."""
     host, sep, port_text = host_port.rpartition(":")
     if not sep or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
         raise AteomError(
-            f"--metrics-listen {host_port!r}: expected HOST:PORT with a port in 0..65535",
+            f"{flag} {host_port!r}: expected HOST:PORT with a port in 0..65535",
             code=ErrorCode.INVALID_ARGUMENT,
         )
     if host.startswith("[") and host.endswith("]"):

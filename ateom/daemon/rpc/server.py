@@ -17,6 +17,7 @@ import ssl
 import stat
 import threading
 import time
+from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass
 from typing import Any
@@ -36,7 +37,9 @@ from ateom.daemon.rpc import wire
 from ateom.daemon.rpc.handler import add_servicer, rpc
 from ateom.daemon.rpc.inspection import InspectServicer
 from ateom.daemon.rpc.metrics_endpoint import start_daemon_metrics
+from ateom.daemon.rpc.readyz import ReadyzServer, start_readyz_server
 from ateom.errors import AteomError, ErrorCode
+from ateom.worker import layout as worker_layout
 
 log = structlog.get_logger("ateom.server")
 
@@ -220,6 +223,14 @@ class RunningServer:
         for name in ("", *SERVICE_NAMES):
             self.health.set(name, status)
 
+    def why_not_serving(self) -> tuple[str, ...]:
+        """() when Health says SERVING; else why not, one line each (what /readyz says).
+        Read from memory: judged every `RECHECK_INTERVAL` s and at every change."""
+        state = self.service.state
+        if state != "serving":
+            return (f"{state}: not taking actors",)
+        return self.problems
+
     def judge_readiness(self, said: tuple[str, ...] | None = None) -> tuple[str, ...]:
         """Health SERVING when serving and nothing stands in the way of a Run
         (`AteomService.not_ready`), NOT_SERVING otherwise; logs each change of
@@ -341,10 +352,19 @@ def serve(config: DaemonConfig, service: AteomService | None = None) -> int:
     if config.metrics_listen:
         metrics_server = start_daemon_metrics(config.metrics_listen, service)
         log.info("metrics", listen=config.metrics_listen, port=metrics_server.port)
+    # Until the gRPC server judges it, the worker is starting: /readyz says so.
+    verdict: list[Callable[[], tuple[str, ...]]] = [
+        lambda: ("starting: clearing what an earlier daemon left, then serving",)]
+    readyz = _start_readyz(config, lambda: verdict[0]())
+    if config.accepted_not_served:
+        log.warning("accepted_not_served", flags=list(config.accepted_not_served))
+    if config.layout is not None:
+        worker_layout.prepare(config.layout)
     prepare_socket(config.socket)  # a socket it cannot serve on is said before anything
     service.reconcile()  # what a dead predecessor left, before SERVING
     service.janitor.start()
     running = start_server(config, service)
+    verdict[0] = running.why_not_serving
     if not running.problems:
         log.info("ready", startup_ms=round((time.perf_counter() - started) * 1000, 3))
     watcher = running.watch_readiness(stop)
@@ -355,7 +375,16 @@ def serve(config: DaemonConfig, service: AteomService | None = None) -> int:
     service.drain(config.shutdown_grace)
     running.stop(grace=1.0)
     service.janitor.stop()
-    if metrics_server is not None:
-        metrics_server.close()
+    for server in (metrics_server, readyz):
+        if server is not None:
+            server.close()
     log.info("stopped")
     return 0
+
+
+def _start_readyz(config: DaemonConfig,
+                  verdict: Callable[[], tuple[str, ...]]) -> ReadyzServer | None:
+    """/readyz on --readiness-listen-address, when set (Substrate's readiness probe)."""
+    if not config.readiness_listen_address:
+        return None
+    return start_readyz_server(config.readiness_listen_address, verdict)

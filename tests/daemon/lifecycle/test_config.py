@@ -7,7 +7,7 @@ import argparse
 import pytest
 
 from ateom.daemon.lifecycle import config as daemon_config
-from ateom.errors import ErrorCode
+from ateom.errors import AteomError, ErrorCode
 from tests.support.pure import code
 
 # -- config -------------------------------------------------------------------
@@ -81,3 +81,69 @@ def test_shared_settings_have_one_name_and_one_default() -> None:
 ])
 def test_bad_config(argv: list[str], env: dict[str, str]) -> None:
     assert code(daemon_config.from_args, _parse(argv), env) is ErrorCode.INVALID_ARGUMENT
+
+
+# -- started as Substrate's controller starts a worker ------------------------
+
+POD = "7d1c2b3a-0000-4000-8000-00000000abcd"
+# Exactly the arguments Substrate's WorkerPool controller gives the worker container
+# (its buildDeploymentApplyConfig), with $(POD_UID) expanded as the kubelet does.
+CONTROLLER_ARGS = [
+    f"--pod-uid={POD}",
+    "--atunnel-listen-address=:443",
+    "--atunnel-connect-listen-address=:8443",
+    "--atunnel-credential-bundle=/run/podidentity.podcert.ate.dev/credential-bundle.pem",
+    "--atunnel-trust-bundle=/run/podidentity.podcert.ate.dev/trust-bundle.pem",
+    "--atunnel-client-identity=spiffe://cluster.local/ns/ate-system/sa/atenet-router",
+    "--atunnel-egress-listen-address=0.0.0.0:15001",
+    "--atunnel-egress-trust-bundle=/run/servicedns.podcert.ate.dev/trust-bundle.pem",
+]
+
+
+def test_the_controllers_arguments_make_a_worker_on_the_shared_base_dir() -> None:
+    cfg = daemon_config.from_args(_parse(CONTROLLER_ARGS), {"POD_UID": POD})
+    assert cfg.pod_uid == POD
+    assert cfg.socket == f"/var/lib/ateom-gvisor/ateoms/{POD}/ateom.sock"
+    assert cfg.actors_root == "/var/lib/ateom-gvisor/actors"
+    assert cfg.readiness_listen_address == "0.0.0.0:8080"
+    assert cfg.atunnel.listen_address == ":443"
+    assert cfg.atunnel.egress_trust_bundle.endswith("servicedns.podcert.ate.dev/trust-bundle.pem")
+    assert len(cfg.accepted_not_served) == 7
+    assert "--atunnel-connect-listen-address=:8443" in cfg.accepted_not_served
+
+
+def test_pod_uid_from_the_environment_alone_and_the_operators_paths_win() -> None:
+    cfg = daemon_config.from_args(_parse([]), {"POD_UID": POD, "ATEOM_BASE_DIR": "/b"})
+    assert (cfg.socket, cfg.actors_root) == (f"/b/ateoms/{POD}/ateom.sock", "/b/actors")
+    cfg = daemon_config.from_args(_parse(["--socket", "/s.sock", "--pod-uid", POD,
+                                          "--readiness-listen-address=127.0.0.1:9"]),
+                                  {"ATEOM_ACTORS_ROOT": "/r"})
+    assert (cfg.socket, cfg.actors_root, cfg.readiness_listen_address) == (
+        "/s.sock", "/r", "127.0.0.1:9")
+    # Without a pod uid: today's standalone daemon, nothing served on 8080.
+    cfg = daemon_config.from_args(_parse(["--actors-root", "/r"]), {})
+    assert (cfg.pod_uid, cfg.readiness_listen_address, cfg.accepted_not_served) == ("", "", ())
+
+
+def test_substrates_other_worker_flags_are_taken() -> None:
+    cfg = daemon_config.from_args(_parse([
+        *CONTROLLER_ARGS, "--log-level=warn", "--max-actors=40",
+        "--otlp-relay-socket=/run/otlp.sock", "--readiness-listen-address=0.0.0.0:8081",
+        "--atunnel-broker-identity=spiffe://cluster.local/ns/ate-system/sa/atelet"]), {})
+    assert (cfg.log_level, cfg.max_actors) == ("warning", 40)
+    assert "--otlp-relay-socket=/run/otlp.sock" in cfg.accepted_not_served
+    assert cfg.readiness_listen_address == "0.0.0.0:8081"
+
+
+@pytest.mark.parametrize(("argv", "env", "said"), [
+    (["--pod-uid=../x"], {}, "--pod-uid '../x'"),
+    ([], {"POD_UID": "a/b"}, "$POD_UID 'a/b'"),
+    (["--pod-uid", POD, "--base-dir", "rel"], {}, "--base-dir 'rel'"),
+    ([], {}, "--actors-root (or $ATEOM_ACTORS_ROOT) is required, unless --pod-uid"),
+])
+def test_a_bad_worker_setting_is_refused_naming_it(argv: list[str], env: dict[str, str],
+                                                   said: str) -> None:
+    with pytest.raises(AteomError) as err:
+        daemon_config.from_args(_parse(argv), env)
+    assert err.value.code is ErrorCode.INVALID_ARGUMENT
+    assert str(err.value).startswith(said), str(err.value)

@@ -1,0 +1,57 @@
+"""The worker Pod's shape as plain values: the base dir's layout per pod uid, the
+capacity files, the --atunnel-* flags taken (`ateom.worker`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ateom.errors import AteomError, ErrorCode
+from ateom.worker.atunnel import AtunnelSettings
+from ateom.worker.capacity import parse_limit, read_capacity
+from ateom.worker.layout import WorkerLayout, check_pod_uid
+
+POD = "0c3b6a9e-1b1d-4f5a-9f2e-1234567890ab"
+
+
+def test_the_node_agent_dials_the_pods_own_socket_under_the_base_dir() -> None:
+    layout = WorkerLayout("/var/lib/ateom-gvisor", POD)
+    assert layout.socket == f"/var/lib/ateom-gvisor/ateoms/{POD}/ateom.sock"
+    assert layout.actors_root == "/var/lib/ateom-gvisor/actors"
+    assert layout.own_dir == f"/var/lib/ateom-gvisor/ateoms/{POD}"
+
+
+@pytest.mark.parametrize("uid", ["", "..", "a/b", "-x", "a\0b", "x" * 129, "a..b"])
+def test_a_pod_uid_that_is_not_one_safe_component_is_refused_naming_how_it_was_given(
+        uid: str) -> None:
+    with pytest.raises(AteomError) as err:
+        check_pod_uid(uid, "$POD_UID")
+    assert err.value.code is ErrorCode.INVALID_ARGUMENT
+    assert str(err.value).startswith("$POD_UID ")
+
+
+def test_capacity_is_read_in_millicores_and_bytes(tmp_path: Path) -> None:
+    (tmp_path / "cpu_milli").write_text("4000\n")
+    (tmp_path / "memory_bytes").write_text("8589934592")
+    got = read_capacity(str(tmp_path))
+    assert (got.cpu_milli, got.memory_bytes, got.problems) == (4000, 8589934592, ())
+
+
+def test_a_missing_or_odd_capacity_file_counts_as_not_known_and_says_why(
+        tmp_path: Path) -> None:
+    (tmp_path / "cpu_milli").write_text("4.5")  # not what the downward API writes
+    got = read_capacity(str(tmp_path))
+    assert (got.cpu_milli, got.memory_bytes) == (0, 0)
+    cpu, memory = got.problems
+    assert cpu.startswith(f"{tmp_path}/cpu_milli: not a whole number")
+    assert memory.startswith(f"{tmp_path}/memory_bytes: missing")
+    assert parse_limit(b" 12 \n") == 12 and parse_limit(b"-1") is None
+
+
+def test_the_atunnel_flags_given_are_named_as_typed_and_none_is_served_yet() -> None:
+    settings = AtunnelSettings(listen_address=":443", client_identity="spiffe://x/sa/r")
+    assert settings.given() == {"--atunnel-listen-address": ":443",
+                                "--atunnel-client-identity": "spiffe://x/sa/r"}
+    assert settings.unserved() == settings.given()
+    assert AtunnelSettings().given() == {}

@@ -99,6 +99,48 @@ def nvproxy_flags(t: RunscTarget) -> list[str]:
     return flags
 
 
+def _flag_name(token: str) -> str:
+    return token.lstrip("-").partition("=")[0]
+
+
+def overlay_flags(default: str, global_flags: Sequence[str],
+                  filestore_dir: str) -> tuple[str, ...]:
+    """The ``--overlay2`` ateom gives one actor's runsc calls (pure).
+
+    runsc's default (``root:self``, since 2023) keeps the rootfs overlay's upper layer
+    in a filestore file inside the rootfs, that is in the node agent's bundle, and
+    `runsc delete` removes it there after the sandbox has gone: after a Checkpoint's
+    answer, when the bundle is the node agent's again (it moves the snapshot away and
+    recreates the dirs at once). ``root:dir=<filestore_dir>`` keeps the same overlay,
+    its file in ateom's own run dir. `default` is the runsc's (`RunscInfo.
+    overlay_default`); an operator's own ``--overlay2`` (global flags) stands as given
+    (`overlay_problem` refuses ``self``), and a build without a ``self`` default
+    (Debian's 2022 one: ``none``) gets nothing."""
+    if any(_flag_name(f) == "overlay2" for f in global_flags):
+        return ()
+    mount, _, medium = default.partition(":")
+    if medium != "self":
+        return ()
+    return (f"--overlay2={mount}:dir={filestore_dir}",)
+
+
+def overlay_problem(global_flags: Sequence[str]) -> str:
+    """Why an operator's ``--overlay2`` cannot be used ("" when it can; pure): the
+    ``self`` medium writes into the node agent's bundle after ateom has answered."""
+    for i, token in enumerate(global_flags):
+        if _flag_name(token) != "overlay2":
+            continue
+        value = token.partition("=")[2] if "=" in token else (
+            global_flags[i + 1] if i + 1 < len(global_flags) else "")
+        if value.partition(",")[0].partition(":")[2] == "self":
+            return (f"--runsc-global-flag {token}: the 'self' medium keeps each rootfs"
+                    " overlay's file in the node agent's bundle, which runsc deletes after"
+                    " the actor has gone, when the bundle is the node agent's again; leave"
+                    " --overlay2 to ateom (root:dir=<run dir>/filestore/<uid>) or use"
+                    " 'memory', 'dir=…' or 'none'")
+    return ""
+
+
 def create_argv(
     t: RunscTarget, name: str, bundle: str, pid_file: str, *, log_file: str | None
 ) -> list[str]:
@@ -139,6 +181,14 @@ def restore_argv(
     if t.info.supports("restore:background"):
         argv.append("-background")
     return [*argv, "-detach", name]
+
+
+def pause_argv(t: RunscTarget, name: str) -> list[str]:
+    return [*_base(t, None), "pause", name]
+
+
+def resume_argv(t: RunscTarget, name: str) -> list[str]:
+    return [*_base(t, None), "resume", name]
 
 
 def kill_argv(t: RunscTarget, name: str, sig: str) -> list[str]:
@@ -351,6 +401,16 @@ class Runsc:
         argv = restore_argv(self.target, name, bundle, image_path, pid_file,
                             log_file=self.runsc_log(name))
         self._run("restore", name, argv, check=True, meanwhile=meanwhile)
+
+    def pause(self, name: str) -> None:
+        """Freeze the sandbox (`name`: its root) for a capture beside it; bounded as a
+        control call."""
+        self._run("pause", name, pause_argv(self.target, name), check=True,
+                  timeout=self.control_timeout)
+
+    def resume(self, name: str) -> None:
+        self._run("resume", name, resume_argv(self.target, name), check=True,
+                  timeout=self.control_timeout)
 
     def kill(self, name: str, sig: str, *, timeout: float | None = None) -> bool:
         """Signal the container through runsc (bounded by `timeout`, else

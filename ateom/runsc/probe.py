@@ -38,6 +38,9 @@ class RunscInfo:
     # `runsc nvproxy list-supported-drivers` (() when the build has no such list):
     # a driver outside it is a boot FATAL that the CLI reports only as "EOF".
     supported_drivers: tuple[str, ...] = ()
+    # `--overlay2`'s default as `runsc flags` prints it ("root:self" since 2023; "none"
+    # in Debian's 2022 build; "" when the build has no such flag).
+    overlay_default: str = ""
 
     def supports(self, flag: str) -> bool:
         """A global flag (``nvproxy``) or ``command:flag`` (``restore:background``)."""
@@ -86,6 +89,18 @@ def parse_flags(text: str) -> frozenset[str]:
 
 
 _DRIVER_RE = re.compile(r"^\s*(\d+\.\d+(?:\.\d+)?)\s*$", re.MULTILINE)
+
+
+def parse_flag_default(text: str, name: str) -> str:
+    """A flag's default from Go `flag` usage output (its ``(default X)``; "" when the
+    flag is absent or prints none; pure)."""
+    start = re.search(rf"^\s+-{{1,2}}{re.escape(name)}(?:\s|$)", text, re.MULTILINE)
+    if start is None:
+        return ""
+    following = _FLAG_RE.search(text, start.end())
+    stanza = text[start.end():following.start() if following else len(text)]
+    found = re.search(r"\(default ([^)]*)\)", stanza)
+    return found.group(1).strip().strip('"') if found else ""
 
 
 def parse_drivers(text: str) -> tuple[str, ...]:
@@ -165,6 +180,7 @@ def probe_runsc(path: str, runner: Runner | None = None) -> RunscInfo:
         global_flags=parse_flags(flags_out),
         command_flags=tuple(commands),
         supported_drivers=drivers,
+        overlay_default=parse_flag_default(flags_out, "overlay2"),
     )
     with _cache_lock:
         _cache[key] = info

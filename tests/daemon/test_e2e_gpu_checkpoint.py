@@ -249,9 +249,9 @@ def _began(event: dict[str, object]) -> float:
     return _ended(event) - float(event["duration_ms"]) / 1000  # type: ignore[arg-type]
 
 
-def _device_paths(world: DaemonWorld, uid: str) -> list[str]:
-    config = json.loads((world.actors_root / uid / "bundles" / "app" / "config.json").read_text())
-    return sorted(d["path"] for d in config["linux"]["devices"])
+def _device_paths(daemon: Daemon, uid: str) -> list[str]:
+    """The devices runsc was given for the actor's app (ateom's own copy of its config)."""
+    return sorted(d["path"] for d in daemon.own_config(uid, "app")["linux"]["devices"])
 
 
 def test_a_restore_onto_another_gpu_keeps_the_saved_device_paths(world: DaemonWorld) -> None:
@@ -268,7 +268,7 @@ def test_a_restore_onto_another_gpu_keeps_the_saved_device_paths(world: DaemonWo
         one = pb.GpuRequest(count=1)
         daemon.stub.RunWorkload(run_request(world, "rm-a", [pb.Container(name="app")],
                                             gpus=one), timeout=120)
-        saved = _device_paths(world, "rm-a")
+        saved = _device_paths(daemon, "rm-a")
         assert "/dev/nvidia0" in saved
         dirs = world.actor_dirs("rm-a")
         daemon.stub.CheckpointWorkload(pb.CheckpointWorkloadRequest(
@@ -284,7 +284,7 @@ def test_a_restore_onto_another_gpu_keeps_the_saved_device_paths(world: DaemonWo
         holders = {g.gpu: list(g.actor_uids)
                    for g in daemon.inspect.ListActors(pb.ListActorsRequest()).gpus}
         assert holders == {"nvidia.com/gpu=0": ["rm-b"], "nvidia.com/gpu=1": ["rm-a"]}
-        assert _device_paths(world, "rm-a") == saved
+        assert _device_paths(daemon, "rm-a") == saved
         for uid in ("rm-a", "rm-b"):
             daemon.stub.TerminateWorkload(pb.TerminateWorkloadRequest(actor_uid=uid), timeout=60)
     finally:

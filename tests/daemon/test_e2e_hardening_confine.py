@@ -230,10 +230,10 @@ PLANTED = ("config.json.ateom-tmp", ".config.json.ateom-tmp", "config.json.tmp",
 @e2e
 def test_planted_temp_symlinks_are_never_followed(world: DaemonWorld, daemon: Daemon,
                                                   clean: None) -> None:
-    """A symlink to a victim file at every predictable temp name in each bundle:
-    Run (which writes each config.json) and Terminate (which writes the
-    originals back) succeed, the victim is untouched, config.json stays a
-    regular file with the node agent's bytes after."""
+    """A symlink to a victim file at every predictable temp name in each bundle, and
+    in ateom's own bundle dirs: Run (which writes ateom's config.json) and Terminate
+    succeed, the victim is untouched, the node agent's config.json stays a regular
+    file with its own bytes throughout."""
     uid = "planted"
     bundles = world.bundles(uid, {"app": ["sleep", "1000"]})
     victim = world.base / "victim"
@@ -247,12 +247,19 @@ def test_planted_temp_symlinks_are_never_followed(world: DaemonWorld, daemon: Da
             (bundles / name / planted).unlink(missing_ok=True)
             (bundles / name / planted).symlink_to(victim)
 
+    own = daemon.run_dir / "bundles" / uid
+    for name in ("_pause", "app"):  # where ateom's own copy will be written, too
+        (own / name).mkdir(parents=True, exist_ok=True)
+        for planted in PLANTED:
+            (own / name / planted).unlink(missing_ok=True)
+            (own / name / planted).symlink_to(victim)
+
     daemon.stub.RunWorkload(run_request(world, uid, [pb.Container(name="app", devices=NONE)]),
                             timeout=120)
     for name in ("_pause", "app"):
         config = bundles / name / "config.json"
-        assert not config.is_symlink() and config.is_file()
-        assert json.loads(config.read_text())["annotations"]  # ateom's version went in
+        assert not config.is_symlink() and config.read_bytes() == written[name]
+        assert daemon.own_config(uid, name)["annotations"]  # ateom's version went in
     daemon.stub.TerminateWorkload(pb.TerminateWorkloadRequest(actor_uid=uid), timeout=60)
 
     assert victim.read_text() == "root-owned file the node agent cannot write\n"

@@ -93,8 +93,12 @@ def test_gpu_actor_lifecycle(world: DaemonWorld, daemon: Daemon, clean: None) ->
         assert creates[0].stripped == () and all(pinned in c.ran[0] for c in creates)
     else:
         assert creates[0].stripped == ("nvproxy",) and "--nvproxy" not in creates[0].ran[0]
-    # CRI annotations put both containers into one sandbox.
-    app_cfg = json.loads((bundles / "app" / "config.json").read_text())
+    # CRI annotations put both containers into one sandbox; runsc read ateom's copy
+    # of the config, in ateom's run dir, and the node agent's bundle was not written.
+    app_cfg = daemon.own_config(uid, "app")
+    assert [c.argv[c.argv.index("-bundle") + 1] for c in creates] == [
+        str(daemon.run_dir / "bundles" / uid / name) for name in ("_pause", "app")]
+    assert "annotations" not in json.loads((bundles / "app" / "config.json").read_text())
     assert app_cfg["annotations"]["io.kubernetes.cri.container-type"] == "container"
     assert app_cfg["annotations"]["io.kubernetes.cri.sandbox-id"] == f"{uid}_pause"
     assert sorted(runsc_list(daemon, uid)) == sorted([f"{uid}_pause", "app"])
@@ -175,8 +179,9 @@ def test_terminate_cleans_up_and_foreign_gvisor_annotations_are_stripped(
 
     daemon.stub.RunWorkload(
         run_request(world, uid, [pb.Container(name="web", devices=NONE)]), timeout=120)
-    seen = json.loads(cfg_path.read_text())["annotations"]
+    seen = release_daemon.own_config(uid, "web")["annotations"]
     assert "dev.gvisor.internal.nvproxy" not in seen and seen["keep.me"] == "yes"
+    assert cfg_path.read_bytes() == original  # the node agent's bundle is never written
     removed = [e for e in daemon.log_events() if e.get("event") == "foreign_annotations_removed"
                and e.get("actor_uid") == uid]
     assert removed and removed[0]["annotations"] == ["dev.gvisor.internal.nvproxy"]
@@ -185,7 +190,8 @@ def test_terminate_cleans_up_and_foreign_gvisor_annotations_are_stripped(
     daemon.stub.TerminateWorkload(pb.TerminateWorkloadRequest(actor_uid=uid), timeout=60)
     assert runsc_list(daemon, uid) == []
     assert not runsc_processes(str(daemon.run_dir / "actors" / uid))
-    assert cfg_path.read_bytes() == original  # the node agent's bundle is given back
+    assert cfg_path.read_bytes() == original
+    assert not (daemon.run_dir / "bundles" / uid).exists()  # ateom's own copy is gone
     # Each phase logged its duration with the actor's uid.
     phases = {e["phase"] for e in daemon.log_events()
               if e.get("event") == "phase" and e.get("actor_uid") == uid}
@@ -337,6 +343,11 @@ def _tree_digest(root: Path) -> dict[str, str]:
     return out
 
 
+def _with_durable_dir(req: pb.RunWorkloadRequest) -> pb.RunWorkloadRequest:
+    req.actor_dirs.durable_dir_volume_mounts_dir = req.actor_dirs.root_dir + "/durable"
+    return req
+
+
 BAD_INPUTS = {
     "malformed uid": (lambda w: run_request(w, "../evil", []), grpc.StatusCode.INVALID_ARGUMENT),
     "malformed container": (
@@ -376,10 +387,20 @@ BAD_INPUTS = {
         lambda w: run_request(w, "bad", [pb.Container(name="ok", devices=pb.DeviceRequest(
             policy=pb.DEVICE_POLICY_EXPLICIT, names=["nvidia.com/gpu=7"]))]),
         grpc.StatusCode.FAILED_PRECONDITION),
-    "csi volume": (
+    "volume without its root": (  # no actor_dirs.volumes_dir to find it under
         lambda w: run_request(w, "bad", [pb.Container(name="ok", csi_volume_mounts=[
             pb.VolumeMount(volume_name="v", mount_path="/v")])]),
-        grpc.StatusCode.UNIMPLEMENTED),
+        grpc.StatusCode.INVALID_ARGUMENT),
+    "volume dir missing": (
+        lambda w: _with_durable_dir(run_request(w, "bad", [pb.Container(
+            name="ok", devices=NONE, durable_dir_volume_mounts=[
+                pb.DurableDirVolumeMount(volume_name="gone", mount_path="/data")])])),
+        grpc.StatusCode.FAILED_PRECONDITION),
+    "volume mounted at a relative path": (
+        lambda w: _with_durable_dir(run_request(w, "bad", [pb.Container(
+            name="ok", devices=NONE, durable_dir_volume_mounts=[
+                pb.DurableDirVolumeMount(volume_name="gone", mount_path="data")])])),
+        grpc.StatusCode.INVALID_ARGUMENT),
     "egress gateway": (
         lambda w: run_request(w, "bad", [], egress_gateway=pb.EgressGateway(address="x:1")),
         grpc.StatusCode.UNIMPLEMENTED),

@@ -244,6 +244,12 @@ class Daemon:
             time.sleep(0.02)
         raise AssertionError(f"actors still releasing after {timeout}s: {status.actors}")
 
+    def own_config(self, uid: str, container: str) -> dict[str, Any]:
+        """The config runsc reads for a hosted actor's container: ateom's own copy in
+        its run dir (`ateom.daemon.bundles.store`; the node agent's is never written)."""
+        path = self.run_dir / "bundles" / uid / container / "config.json"
+        return dict(json.loads(path.read_text()))
+
     def logs(self) -> str:
         return self.log_path.read_text(errors="replace")
 

@@ -127,8 +127,12 @@ class ServiceWorld:
         return Path(self.config.state_root) / uid
 
     def app_config(self, uid: str, app: str = "app") -> dict[str, object]:
-        raw = (self.actors_root / uid / "bundles" / app / "config.json").read_text()
-        return dict(json.loads(raw))
+        """The config runsc reads for a hosted actor's container: ateom's own copy in
+        its run dir (the node agent's bundle is never written)."""
+        return dict(json.loads(self.own_config_path(uid, app).read_text()))
+
+    def own_config_path(self, uid: str, container: str = "app") -> Path:
+        return Path(self.config.run_dir) / "bundles" / uid / container / "config.json"
 
     def holders(self) -> dict[str, tuple[str, ...]]:
         snapshot = self.service.placement_snapshot()

@@ -1,5 +1,5 @@
 """Hosting an actor: a planned sandbox put up (bundles written, runsc booted) and
-taken down (runsc torn down, bundles given back), all or nothing.
+taken down (runsc torn down, ateom's bundle dirs removed), all or nothing.
 
 The sandbox root never gets devices, and its runsc create+start (or restore)
 takes far longer than writing an app bundle (SONAME links staged, config.json
@@ -14,6 +14,7 @@ of them.
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
@@ -28,7 +29,13 @@ from ateom.daemon.sandbox.boot import Sandbox, boot
 from ateom.daemon.sandbox.state_dir import remove_state_dir
 from ateom.daemon.sandbox.teardown import StoppedSandbox, kill_sandbox_processes, teardown
 from ateom.process.reaper import Reaper
-from ateom.runsc.commands import Runsc, RunscTarget, RunscTimeout, sandbox_root_id
+from ateom.runsc.commands import (
+    Runsc,
+    RunscTarget,
+    RunscTimeout,
+    overlay_flags,
+    sandbox_root_id,
+)
 from ateom.runsc.probe import RunscInfo
 from ateom.settings import GpuSettings
 
@@ -42,6 +49,8 @@ class HostingConfig(Protocol):
     def log_root(self) -> str: ...
     @property
     def state_root(self) -> str: ...
+    @property
+    def filestore_root(self) -> str: ...
     @property
     def runsc_global_flags(self) -> tuple[str, ...]: ...
     @property
@@ -66,14 +75,21 @@ class Hosting:
         self.injector = injector
         self.table = table
 
+    def filestore_dir(self, uid: str) -> str:
+        return os.path.join(self.config.filestore_root, uid)
+
     def runsc_for(self, uid: str, info: RunscInfo, *, gpu: bool = False) -> Runsc:
-        """The actor's runsc: its state root, its log dir (made here), the flags
-        (`gpu`: a GPU sandbox, the nvproxy flags on every call)."""
+        """The actor's runsc: its state root, its log and overlay filestore dirs (made
+        here), the flags (`gpu`: a GPU sandbox, the nvproxy flags on every call)."""
         config = self.config
         log_dir = os.path.join(config.log_root, uid)
         os.makedirs(log_dir, mode=0o750, exist_ok=True)
+        overlay = overlay_flags(info.overlay_default, config.runsc_global_flags,
+                                self.filestore_dir(uid))
+        if overlay:
+            os.makedirs(self.filestore_dir(uid), mode=0o700, exist_ok=True)
         target = RunscTarget(info=info, root=os.path.join(config.state_root, uid),
-                             global_flags=config.runsc_global_flags,
+                             global_flags=(*config.runsc_global_flags, *overlay),
                              nvproxy=config.gpu.nvproxy,
                              gpu=gpu)
         return Runsc(target, self.reaper, log_dir, config.runsc_timeout,
@@ -95,19 +111,17 @@ class Hosting:
         actor.epoch_unix_nano = time.time_ns()
         self.table.up(actor)
 
-    def _apply(self, uid: str, sandbox: Sandbox, containers: Sequence[ContainerPlan]) -> None:
-        # Recorded as applied before the write: one that fails halfway is given back too.
+    def _apply(self, sandbox: Sandbox, containers: Sequence[ContainerPlan]) -> None:
         for c in containers:
             sandbox.applied.append(c)
             context = (phase("inject", container=c.name, devices=list(c.devices))
                        if c.injection is not None else phase("bundle.write", container=c.name))
             with context:
-                self.store.apply(uid, c, self.injector.stage)
+                self.store.apply(c, self.injector.stage)
 
     def _apply_and_boot(self, actor: Actor, sandbox: Sandbox, image_path: str | None) -> None:
-        uid = actor.ref.actor_uid
         root, apps = sandbox.plan.containers[0], sandbox.plan.containers[1:]
-        self._apply(uid, sandbox, [root])
+        self._apply(sandbox, [root])
         if image_path is not None or not apps:
             # A restore's root brings the whole sandbox's memory and GPU state
             # back; a root without apps is the workload itself.
@@ -116,7 +130,7 @@ class Hosting:
 
         def write_apps() -> None:
             try:
-                self._apply(uid, sandbox, apps)
+                self._apply(sandbox, apps)
             except Exception as exc:  # raised once the root booted; runsc's error first
                 failed.append(exc)
 
@@ -139,7 +153,7 @@ class Hosting:
 
     def take_down(self, actor: Actor, grace: float, *, stopped: StoppedSandbox | None = None,
                 on_exited: Callable[[], None] | None = None) -> None:
-        """Tear the sandbox down (TERM, `grace`, KILL) and give its bundles back.
+        """Tear the sandbox down (TERM, `grace`, KILL) and remove ateom's bundle dirs.
         `stopped`: runsc checkpoint has just stopped every container, these are
         its processes; `on_exited`: as for `teardown`."""
         sandbox = actor.sandbox
@@ -149,8 +163,9 @@ class Hosting:
             teardown(sandbox.runsc, sandbox.plan.runsc_ids, grace, stopped=stopped,
                      on_exited=on_exited)
         finally:
-            with phase("bundles.give_back"):
-                self.store.give_back(actor.ref.actor_uid, sandbox.applied)
+            with phase("bundles.remove"):
+                self.store.remove(actor.ref.actor_uid)
+                self._remove_filestore(actor.ref.actor_uid)
             sandbox.applied.clear()
             if actor.sandbox_pid:
                 self.reaper.unwatch(actor.sandbox_pid)
@@ -158,7 +173,7 @@ class Hosting:
     def clean_leftovers(self, uid: str, info: RunscInfo | None) -> None:
         """What a dead daemon left of an actor it hosted: its sandbox (every
         container runsc lists under its root, then any process still running
-        with that root) and its bundles' originals. Without a usable runsc
+        with that root) and ateom's bundle dirs. Without a usable runsc
         (`info` None) the processes are killed and the state dir removed."""
         root = os.path.join(self.config.state_root, uid)
         if os.path.isdir(root):
@@ -174,12 +189,21 @@ class Hosting:
             else:
                 kill_sandbox_processes(root)
                 remove_state_dir(root)  # logs what it could not remove
-        self.store.give_back_kept(uid)
+        self.store.remove(uid)
+        self._remove_filestore(uid)
+
+    def _remove_filestore(self, uid: str) -> None:
+        """The actor's overlay filestore dir (ateom's run dir), once its sandbox is gone:
+        runsc deletes the file in it; what a killed runsc left goes here."""
+        shutil.rmtree(self.filestore_dir(uid), ignore_errors=True)
 
     def leftover_uids(self) -> list[str]:
-        """Actors with runsc state or edited bundles on disk (reads the run dir)."""
-        try:
-            with_state = os.listdir(self.config.state_root)
-        except FileNotFoundError:
-            with_state = []
-        return sorted({*with_state, *self.store.uids_with_records()})
+        """Actors with runsc state, ateom bundle dirs or an overlay filestore dir on
+        disk (reads the run dir)."""
+        found = set(self.store.uids_with_bundles())
+        for parent in (self.config.state_root, self.config.filestore_root):
+            try:
+                found.update(os.listdir(parent))
+            except FileNotFoundError:
+                pass
+        return sorted(found)

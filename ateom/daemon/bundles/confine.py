@@ -62,11 +62,37 @@ def check_rootfs(bundle: str, config: Mapping[str, Any], config_path: str) -> st
     return rootfs
 
 
+def _option_names(mount: Mapping[str, Any]) -> set[str]:
+    return {o for o in mount.get("options") or [] if isinstance(o, str)}
+
+
+def _is_bind(mount: Mapping[str, Any]) -> bool:
+    return mount.get("type") == "bind" or bool(_option_names(mount) & _BIND)
+
+
 def _is_writable_bind(mount: Mapping[str, Any]) -> bool:
-    options = mount.get("options") or []
-    names = {o for o in options if isinstance(o, str)}
-    bind = mount.get("type") == "bind" or bool(names & _BIND)
-    return bind and not names & _READ_ONLY
+    return _is_bind(mount) and not _option_names(mount) & _READ_ONLY
+
+
+def relocate(config: Mapping[str, Any], bundle: str) -> dict[str, Any]:
+    """The config as runsc reads it from `bundle`, for runsc to read from another
+    directory (ateom's own: `ateom.daemon.bundles.store`): root.path and every bind
+    mount's relative source joined with `bundle`, as runsc itself joins them when it
+    reads a bundle (pure; `config` is not changed; its root.path was checked by
+    `check_rootfs`)."""
+    out = dict(config)
+    root = dict(out.get("root") or {})
+    root["path"] = os.path.join(bundle, rootfs_relpath(config, os.path.join(bundle,
+                                                                            "config.json")))
+    out["root"] = root
+    mounts = out.get("mounts")
+    if mounts:
+        out["mounts"] = [
+            {**m, "source": os.path.join(bundle, m["source"])}
+            if isinstance(m, Mapping) and _is_bind(m) and isinstance(m.get("source"), str)
+            and m["source"] and not os.path.isabs(m["source"]) else m
+            for m in mounts]
+    return out
 
 
 def check_bind_mounts(config: Mapping[str, Any], config_path: str,

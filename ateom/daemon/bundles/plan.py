@@ -5,8 +5,11 @@ anything is written.
 symlink), checks it (shape, foreign hooks, rootfs and writable mounts
 confined), chooses and resolves the container's CDI devices, plans their
 injection over the config already parsed, makes ateom's own edits and
-serializes the result once. Writing is the bundle store's job, and it writes
-exactly these bytes: the plan applied is the plan made.
+serializes the result once, relocated for ateom's own bundle dir (`confine.relocate`:
+the node agent's config.json is read, never written). Writing is the bundle store's
+job, and it writes exactly these bytes: the plan applied is the plan made. An app
+container's volume mounts (`ateom.volumes`) are planned here too, each host dir
+reached without a symlink before any runsc call.
 
 Side effects: reads bundles, spec files, host device nodes and libraries;
 when the Pod has GPUs but no spec for them it may run nvidia-ctk once to
@@ -38,6 +41,15 @@ from ateom.inject.options import InjectOptions, gvisor_nvidia_options
 from ateom.runsc.commands import sandbox_root_id
 from ateom.runsc.probe import RunscInfo
 from ateom.settings import NodeSettings
+from ateom.volumes import (
+    DurableVolume,
+    MountPlan,
+    VolumeRoots,
+    check_host_dirs,
+    durable_volumes,
+    merge_mounts,
+    plan_mounts,
+)
 
 log = structlog.get_logger("ateom.plan")
 
@@ -80,15 +92,17 @@ class CdiInjector:
 class ContainerPlan:
     name: str  # the bundle's directory name under oci_bundle_dir
     runsc_id: str  # its runsc container id (the sandbox root's carries the uid)
-    bundle: str
-    original: bytes  # config.json as the node agent left it (given back on clean-up)
+    bundle: str  # the node agent's bundle dir: read, never written
+    original: bytes  # config.json as the node agent left it
     prepared: bytes  # config.json runsc sees (devices injected, ateom's edits made)
     devices: tuple[str, ...]
     injection: InjectionPlan | None  # None without devices
     is_sandbox: bool
     # The devices' resolved edits, for the checkpoint record's digest.
     resolution: Resolution | None = field(default=None, compare=False, repr=False)
-    mode: int = 0o644  # config.json's permission bits, kept through ateom's version
+    mode: int = 0o644  # the node agent's config.json's permission bits, as read
+    own_bundle: str = ""  # ateom's bundle dir, holding `prepared`: runsc's -bundle
+    volumes: MountPlan | None = None  # its volume mounts (app containers)
 
     @property
     def edits_digest(self) -> str:
@@ -132,6 +146,11 @@ class SandboxPlan:
     def devices(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(d for c in self.containers for d in c.devices))
 
+    @property
+    def durable(self) -> tuple[DurableVolume, ...]:
+        """The actor's durable-dir volumes: what a snapshot captures of its data."""
+        return durable_volumes(c.volumes for c in self.containers if c.volumes is not None)
+
 
 _NO_TOOLS = GpuTools()
 
@@ -141,6 +160,8 @@ class _Context:
     """What every container of one actor's plan shares."""
 
     bundle_root: str
+    own_root: str  # <run dir>/bundles/<uid>: ateom's bundle dirs
+    roots: VolumeRoots  # where each kind of volume's host dirs are
     root_id: str  # the sandbox root's runsc id
     info: RunscInfo
     actor_dirs: tuple[str, ...]  # where writable bind mounts may come from
@@ -176,8 +197,9 @@ def read_bundle_config(bundle: str, name: str, beneath: str) -> BundleConfig:
 
 class SandboxPlanner:
     def __init__(self, *, actors_root: str, pause_container: str, catalog: DeviceCatalog,
-                 injector: Injector) -> None:
+                 injector: Injector, bundles_root: str) -> None:
         self.actors_root = actors_root
+        self.bundles_root = bundles_root
         self.pause = pause_container
         self.catalog = catalog
         self.injector = injector
@@ -199,17 +221,24 @@ class SandboxPlanner:
              info: RunscInfo, devices: DeviceView, *, tools: GpuTools = _NO_TOOLS,
              cpu_milli: int = 0, memory_bytes: int = 0) -> SandboxPlan:
         """Plan every bundle of the actor, sandbox root first (see the module doc)."""
-        ctx = _Context(bundle_root=dirs.oci_bundle_dir, root_id=sandbox_root_id(uid, self.pause),
+        roots = VolumeRoots(
+            durable_dir_volume_mounts_dir=dirs.durable_dir_volume_mounts_dir,
+            system_info_volume_roots_dir=dirs.system_info_volume_roots_dir,
+            volumes_dir=dirs.volumes_dir, actors_root=self.actors_root)
+        ctx = _Context(bundle_root=dirs.oci_bundle_dir,
+                       own_root=os.path.join(self.bundles_root, uid), roots=roots,
+                       root_id=sandbox_root_id(uid, self.pause),
                        info=info, actor_dirs=tuple(path for _, path in dirs.items() if path),
                        devices=devices, tools=tools)
         plans = [self._container(ctx, self.pause, None, cpu_milli, memory_bytes)]
-        plans += [self._container(ctx, c.name, c, 0, 0) for c in containers]
+        plans += [self._container(ctx, c.name, c, 0, 0, index=i)
+                  for i, c in enumerate(containers)]
         gpu = any(c.devices for c in plans)
         return SandboxPlan(tuple(plans), gpu_tool=tools.cuda_checkpoint if gpu else "",
                            saved_paths=dict(devices.saved_paths) if gpu else {})
 
     def _container(self, ctx: _Context, name: str, request: ContainerRequest | None,
-                   cpu_milli: int, memory_bytes: int) -> ContainerPlan:
+                   cpu_milli: int, memory_bytes: int, *, index: int = 0) -> ContainerPlan:
         bundle = os.path.join(ctx.bundle_root, name)
         config_path = os.path.join(bundle, CONFIG_NAME)
         # Named plainly here; the read below refuses any symlink again, in case
@@ -219,6 +248,12 @@ class SandboxPlanner:
         parsed = edits.parse_config(original, config_path)
         edits.refuse_foreign_hooks(parsed, config_path)
         confine.check_bundle_config(bundle, parsed, config_path, ctx.actor_dirs)
+        volumes = None
+        if request is not None and request.volume_requests():
+            volumes = plan_mounts(index, name, request.volume_requests(), ctx.roots)
+            check_host_dirs(volumes)  # stats: each host dir, no symlink followed
+            parsed = {**parsed, "mounts": merge_mounts(parsed.get("mounts") or [],
+                                                       volumes.oci_mounts())}
         names = self._choose(ctx, name, request)
         injection, resolution = None, None
         extra: dict[str, Any] = {}
@@ -236,9 +271,13 @@ class SandboxPlanner:
         if prepared.removed_annotations:
             log.warning("foreign_annotations_removed", container=name,
                         annotations=list(prepared.removed_annotations))
+        # runsc reads ateom's copy from ateom's own dir: root and relative binds
+        # name the node agent's bundle, as runsc would have joined them.
+        relocated = confine.relocate(prepared.config, bundle)
         return ContainerPlan(name, ctx.root_id if request is None else name, bundle, original,
-                             edits.dump_config(prepared.config, config_path), names, injection,
-                             request is None, resolution, mode)
+                             edits.dump_config(relocated, config_path), names, injection,
+                             request is None, resolution, mode,
+                             own_bundle=os.path.join(ctx.own_root, name), volumes=volumes)
 
     @staticmethod
     def _choose(ctx: _Context, name: str, request: ContainerRequest | None) -> tuple[str, ...]:

@@ -1,64 +1,40 @@
-"""The bundle store: ateom's config.json in an actor's bundles while its sandbox
-lives, the node agent's own given back when it goes, even across a crash.
+"""The bundle store: the config.json runsc reads for each of an actor's containers,
+in ateom's own run dir, never in the node agent's bundles.
+
+The node agent owns the actor's dirs: it writes a fresh bundle per container for
+every Run and Restore, and deletes and recreates the dirs the moment a Checkpoint
+answers (../shared/node-agent-contract.md, "Who owns what"). A config ateom wrote
+into the node agent's bundle had to be given back after the sandbox went, and that
+came after the Checkpoint's answer, over dirs the node agent had already reset (or
+over the fresh bundles of the next Restore). So ateom's version of each config is
+its own file, ``<run dir>/bundles/<uid>/<container>/config.json``, whose root and
+relative mount sources name the node agent's bundle (`edits.relocate`), and runsc
+is given that directory as ``-bundle``. The node agent's config.json is read once
+(`plan`), never written; the only writes into an actor's dirs are the injection's
+SONAME links in a rootfs (staged here, before the call answers).
 
 For each container, in this order:
-1. keep the node agent's config.json under ``<run dir>/bundles/<uid>/`` (a
-   crash record: a daemon that dies leaves it for its successor);
-2. stage the rootfs side of the injection (SONAME links, confined);
-3. write the planned config.json: the commit point.
-Giving back writes each kept original over ateom's config and then drops the
-records. Every write goes through `ateom.safefs`: beneath --actors-root (the
-bundles) or --run-dir (the records), never through a symlink, old-or-new
-after ``kill -9``. No fsync: a bundle's life is its sandbox's, which power
-loss ends too (see `ateom.safefs`).
+1. stage the rootfs side of the injection (SONAME links, confined);
+2. write the planned config.json into ateom's bundle dir: the commit point.
+`remove` deletes ateom's bundle dirs of an actor (its run dir only); a daemon that
+dies leaves them for its successor's `remove`. Every write goes through
+`ateom.safefs` beneath --run-dir, never through a symlink. No fsync: a bundle's
+life is its sandbox's, which power loss ends too (see `ateom.safefs`).
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 import os
 import shutil
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable
 
 import structlog
 
 from ateom import safefs
 from ateom.daemon.bundles.plan import CONFIG_NAME, ContainerPlan
-from ateom.daemon.calls.validation import check_path_on_disk
-from ateom.errors import AteomError
 from ateom.inject.injector import InjectionPlan
 
 log = structlog.get_logger("ateom.bundles")
-
-_RECORD_SUFFIX = ".json"
-
-
-@dataclass(frozen=True, slots=True)
-class KeptOriginal:
-    """A crash record: the bundle and the config.json (and its mode) it had before
-    ateom wrote it."""
-
-    bundle: str
-    config: bytes
-    mode: int = 0o644
-
-    def to_json(self) -> bytes:
-        return json.dumps({"bundle": self.bundle, "mode": self.mode,
-                           "config": base64.b64encode(self.config).decode()}).encode()
-
-    @classmethod
-    def from_json(cls, raw: bytes) -> KeptOriginal:
-        record = json.loads(raw)
-        if not isinstance(record, dict) or not isinstance(record.get("bundle"), str) \
-                or not isinstance(record.get("config"), str):
-            raise ValueError("not a kept-original record")
-        mode = record.get("mode", 0o644)
-        if not isinstance(mode, int) or isinstance(mode, bool) or not 0 <= mode <= 0o777:
-            raise ValueError("not a kept-original record: mode")
-        return cls(record["bundle"], base64.b64decode(record["config"], validate=True), mode)
 
 
 class BundleStore:
@@ -67,78 +43,41 @@ class BundleStore:
         self.run_dir = run_dir
 
     @property
-    def records_root(self) -> str:
-        return os.path.join(self.run_dir, "bundles")
+    def bundles_root(self) -> str:
+        """Where ateom's bundle dirs of every actor live (under --run-dir)."""
+        return bundles_root(self.run_dir)
 
-    def records_dir(self, uid: str) -> str:
-        return os.path.join(self.records_root, uid)
+    def actor_dir(self, uid: str) -> str:
+        return os.path.join(self.bundles_root, uid)
 
-    def apply(self, uid: str, c: ContainerPlan,
-              stage: Callable[[InjectionPlan], None]) -> None:
-        """Keep the original, stage the injection's rootfs links, write the planned
-        config (writes files). Raises OSError or AteomError; the caller gives back
-        every container it asked to apply, this one included."""
-        safefs.write_atomic(os.path.join(self.records_dir(uid), c.name + _RECORD_SUFFIX),
-                            KeptOriginal(c.bundle, c.original, c.mode).to_json(),
-                            beneath=self.run_dir, mode=0o600, make_parents=True)
+    def apply(self, c: ContainerPlan, stage: Callable[[InjectionPlan], None]) -> None:
+        """Stage the injection's rootfs links, then write the planned config into
+        ateom's bundle dir for the container (writes files). Raises OSError or
+        AteomError; the caller removes the actor's bundle dirs on any failure."""
         if c.injection is not None:
             stage(c.injection)
-        self._write_config(c.bundle, c.prepared, c.mode)
+        safefs.write_atomic(os.path.join(c.own_bundle, CONFIG_NAME), c.prepared,
+                            beneath=self.run_dir, mode=0o600, make_parents=True)
 
-    def _write_config(self, bundle: str, data: bytes, mode: int) -> None:
-        safefs.write_atomic(os.path.join(bundle, CONFIG_NAME), data, beneath=self.actors_root,
-                            mode=mode)
+    def remove(self, uid: str) -> bool:
+        """Delete ateom's bundle dirs of `uid` (its own run dir: never the node agent's
+        bundles; shutil.rmtree follows no symlink). True when none is left."""
+        path = self.actor_dir(uid)
+        errors: list[str] = []
+        shutil.rmtree(path, onerror=lambda _f, p, exc: errors.append(f"{p}: {exc[1]}"))
+        if errors and os.path.lexists(path):
+            log.warning("bundle_dir_left", uid=uid, errors=errors[:5])
+            return False
+        return True
 
-    def give_back(self, uid: str, applied: Iterable[ContainerPlan]) -> bool:
-        """Write back each bundle's original config.json, last applied first (writes
-        files). True when all were; the records go only then, so a later
-        Terminate (or the next daemon) tries the rest again."""
-        ok = True
-        for c in reversed(list(applied)):
-            try:
-                self._write_config(c.bundle, c.original, c.mode)
-            except OSError as exc:
-                ok = False
-                log.warning("bundle_restore_failed", container=c.name, error=str(exc))
-        if ok:
-            self.drop_records(uid)
-        return ok
-
-    def drop_records(self, uid: str) -> None:
-        shutil.rmtree(self.records_dir(uid), ignore_errors=True)
-
-    def has_records(self, uid: str) -> bool:
-        return os.path.isdir(self.records_dir(uid))
-
-    def uids_with_records(self) -> list[str]:
-        """Actors whose bundles a dead daemon left edited (reads the run dir)."""
+    def uids_with_bundles(self) -> list[str]:
+        """Actors whose bundle dirs a dead daemon left (reads the run dir)."""
         try:
-            return sorted(os.listdir(self.records_root))
+            return sorted(os.listdir(self.bundles_root))
         except FileNotFoundError:
             return []
 
-    def give_back_kept(self, uid: str) -> bool:
-        """Give back the originals a dead daemon recorded for `uid` (reads records,
-        writes bundles). A record that cannot be read or names a bundle outside
-        --actors-root is logged and kept; True when every record was given back."""
-        directory = self.records_dir(uid)
-        try:
-            names = sorted(os.listdir(directory))
-        except FileNotFoundError:
-            return True
-        ok = True
-        for name in names:
-            try:
-                raw, _ = safefs.read_file(os.path.join(directory, name), beneath=self.run_dir)
-                kept = KeptOriginal.from_json(raw)
-                # Only ever a bundle a request could have named.
-                check_path_on_disk("kept bundle", kept.bundle, self.actors_root)
-                self._write_config(kept.bundle, kept.config, kept.mode)
-            except (OSError, ValueError, binascii.Error, AteomError) as exc:
-                ok = False
-                log.warning("bundle_restore_failed", kept=name, error=str(exc))
-                continue
-            log.info("bundle_given_back", bundle=kept.bundle)
-        if ok:
-            self.drop_records(uid)
-        return ok
+
+def bundles_root(run_dir: str) -> str:
+    """``<run dir>/bundles``: ateom's bundle dir per actor and container (pure)."""
+    return os.path.join(run_dir, "bundles")

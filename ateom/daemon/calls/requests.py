@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from ateom.volumes import VolumeKind, VolumeRequest
+
 # The CFS period a container's CPU limit is expressed over: `cpu_milli` of
 # 1000 is one CPU, a quota of one period per period.
 CPU_PERIOD_USEC = 100_000
@@ -75,6 +77,16 @@ class ContainerRequest:
     csi_volume_mounts: tuple[VolumeMountRequest, ...] = ()
     system_info_volume_mounts: tuple[VolumeMountRequest, ...] = ()
     image_volume_mounts: tuple[VolumeMountRequest, ...] = ()
+
+    def volume_requests(self) -> tuple[VolumeRequest, ...]:
+        """Every volume mount, in wire order (durable, CSI, system-info, image): the
+        index a refusal names is the wire's (`ateom.volumes.plan_mounts`)."""
+        kinds = ((VolumeKind.DURABLE_DIR, self.durable_dir_volume_mounts),
+                 (VolumeKind.CSI, self.csi_volume_mounts),
+                 (VolumeKind.SYSTEM_INFO, self.system_info_volume_mounts),
+                 (VolumeKind.IMAGE, self.image_volume_mounts))
+        return tuple(VolumeRequest(kind, m.volume_name, m.mount_path)
+                     for kind, mounts in kinds for m in mounts)
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from ateom.cdi.names import parse_qualified_name
 from ateom.daemon.calls.requests import (
@@ -26,7 +26,6 @@ from ateom.daemon.calls.requests import (
     GpuWish,
     RestoreRequest,
     RunRequest,
-    SnapshotScope,
     TerminateRequest,
 )
 from ateom.errors import QUOTE_LIMIT, AteomError, ErrorCode, QualifiedNameError, quote
@@ -111,14 +110,8 @@ def check_containers(containers: Sequence[ContainerRequest], *, pause: str = "_p
                 f"{where}.devices.names: given with policy {choice.policy.value};"
                 " names need the explicit policy"
             )
-        for field_name in (
-            "durable_dir_volume_mounts",
-            "csi_volume_mounts",
-            "system_info_volume_mounts",
-            "image_volume_mounts",
-        ):
-            if getattr(c, field_name):
-                raise unimplemented(f"{where}.{field_name}")
+        # Volume mounts are checked where they are planned (`ateom.volumes.plan_mounts`,
+        # from the planner): names, paths, roots, each host dir on disk.
         if c.wakeup_probe:
             raise unimplemented(f"{where}.wakeup_probe", "ateom does not run wakeup probes")
 
@@ -203,15 +196,33 @@ def check_runsc_path(requested: str, configured: str, runsc_dir: str, *,
     )
 
 
-def _check_common_unsupported(
-    runtime_asset_paths: object, egress_gateway: str | None, snapshot_scope: SnapshotScope | None
-) -> None:
-    if runtime_asset_paths:
-        raise unimplemented("runtime_asset_paths")
+def _check_egress(egress_gateway: str | None) -> None:
     if egress_gateway is not None:
         raise unimplemented("egress_gateway", "ateom runs sandboxes without an egress gateway")
-    if snapshot_scope is SnapshotScope.DATA:
-        raise unimplemented("scope", "SNAPSHOT_SCOPE_DATA is not built; use FULL")
+
+
+# Runtime assets the node agent fetches for its micro-VM runtime, never for gVisor.
+_MICROVM_ASSET_PREFIXES = ("cloud-hypervisor", "virtiofsd", "kata-")
+
+
+def check_runtime_assets(assets: Mapping[str, str], runsc: str, requested: str) -> None:
+    """The node agent's runtime assets for a gVisor call (pure): the newest sends none;
+    older ones send ``{"runsc": <runsc_path>}``, accepted when it names the runsc this
+    call runs (`runsc`, as `check_runsc_path` chose it from `requested`). A micro-VM
+    asset means the call was meant for another runtime: FAILED_PRECONDITION naming it."""
+    for name, path in sorted(assets.items()):
+        field = f"runtime_asset_paths[{quote(name)}]"
+        if name == "runsc":
+            if path not in (runsc, requested):
+                raise invalid(f"{field} {quote(path)}: differs from the runsc this call runs"
+                              f" ({quote(runsc)}, from runsc_path {quote(requested)})")
+        elif name.startswith(_MICROVM_ASSET_PREFIXES):
+            raise AteomError(f"{field} {quote(path)}: a micro-VM runtime asset; this worker"
+                             " runs actors under gVisor (runsc) and uses none",
+                             code=ErrorCode.FAILED_PRECONDITION)
+        else:
+            raise invalid(f"{field} {quote(path)}: not an asset the gVisor runtime uses"
+                          " (only \"runsc\", the same path as runsc_path)")
 
 
 # runsc reads the sandbox's CPU quota (derived from cpu_milli) as an int64.
@@ -227,14 +238,14 @@ def _check_resources(cpu_milli: int, memory_bytes: int) -> None:
         raise invalid(f"memory_bytes {memory_bytes}: must be >= 0")
 
 
-def _check_snapshot_uri(uri: str, local_dir: str, field: str) -> None:
-    # The node agent moves snapshots itself; ateom only reads and writes the
-    # local directory. A URI naming anything else would be silently ignored.
-    if uri and uri not in (local_dir, "file://" + local_dir):
-        raise unimplemented(
-            "snapshot_uri",
-            f"ateom only uses the local {field} ({quote(local_dir)}), not {quote(uri)}"
-        )
+# A snapshot's object-storage name is only a name to ateom (the node agent moves the
+# files), recorded in logs; longer than this it is not one.
+_SNAPSHOT_URI_MAX = 4096
+
+
+def _check_snapshot_uri(uri: str) -> None:
+    if len(uri.encode()) >= _SNAPSHOT_URI_MAX:
+        raise invalid(f"snapshot_uri {quote(uri)}: longer than {_SNAPSHOT_URI_MAX} bytes")
 
 
 def check_gpus(gpus: GpuWish | None) -> None:
@@ -256,7 +267,7 @@ def check_run(req: RunRequest, actors_root: str, *, pause: str = "_pause") -> No
     check_gpus(req.gpus)
     check_dirs(req.dirs, actors_root, ("oci_bundle_dir",))
     check_containers(req.containers, pause=pause)
-    _check_common_unsupported(req.runtime_asset_paths, req.egress_gateway, None)
+    _check_egress(req.egress_gateway)
     _check_resources(req.cpu_milli, req.memory_bytes)
 
 
@@ -264,8 +275,7 @@ def check_checkpoint(req: CheckpointRequest, actors_root: str, *, pause: str = "
     check_actor(req.actor)
     check_dirs(req.dirs, actors_root, ("checkpoint_dir",))
     check_containers(req.containers, pause=pause)
-    _check_common_unsupported(req.runtime_asset_paths, None, req.scope)
-    _check_snapshot_uri(req.snapshot_uri, req.dirs.checkpoint_dir, "checkpoint_dir")
+    _check_snapshot_uri(req.snapshot_uri)
 
 
 def check_restore(req: RestoreRequest, actors_root: str, *, pause: str = "_pause") -> None:
@@ -273,9 +283,9 @@ def check_restore(req: RestoreRequest, actors_root: str, *, pause: str = "_pause
     check_gpus(req.gpus)
     check_dirs(req.dirs, actors_root, ("oci_bundle_dir", "restore_dir"))
     check_containers(req.containers, pause=pause)
-    _check_common_unsupported(req.runtime_asset_paths, req.egress_gateway, req.scope)
+    _check_egress(req.egress_gateway)
     _check_resources(req.cpu_milli, req.memory_bytes)
-    _check_snapshot_uri(req.snapshot_uri, req.dirs.restore_dir, "restore_dir")
+    _check_snapshot_uri(req.snapshot_uri)
     if not req.preserve_restore_dir:
         # restore_dir is removed after the restore: not with the actor's other dirs.
         for name, path in req.dirs.items():

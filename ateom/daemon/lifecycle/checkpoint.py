@@ -1,9 +1,16 @@
 """A checkpoint's steps, in the order they run: check (refusals, room: nothing
 touched yet), save (the GPU record staged and the sandbox's processes held while
-runsc saves), commit or undo, release. The answer is what became of the actor:
-saved and released (its slot and GPUs handed over), refused and still running, or
-lost, with why (docs/daemon.md, "Checkpoint"; docs/operations.md, "What ateom
-promises under faults").
+runsc saves), its durable-dir data captured, commit or undo, release. The answer
+is what became of the actor: saved and released (its slot and GPUs handed over),
+refused and still running, or lost, with why (docs/daemon.md, "Checkpoint";
+docs/operations.md, "What ateom promises under faults").
+
+Two scopes, as the wire defines them. FULL: memory and the rootfs delta (runsc's
+image) and the durable dirs' contents (`ateom.volumes.capture`, one tar per volume,
+taken once runsc has stopped the sandbox: what it wrote is on the host by then).
+DATA: only the durable dirs, the sandbox paused around the capture and resumed: the
+actor keeps running. Either way `data_snapshot_files` names the tars, which
+restore the actor at DATA scope on their own.
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ from ateom.daemon.actors.table import Actor
 from ateom.daemon.calls import sandbox_exits
 from ateom.daemon.calls.phases import phase
 from ateom.daemon.calls.progress import progress
-from ateom.daemon.calls.requests import CheckpointResult
+from ateom.daemon.calls.requests import CheckpointResult, SnapshotScope
 from ateom.daemon.gpus import compat_record
 from ateom.daemon.gpus.lifecycle import GpuActors, GpuSave
 from ateom.daemon.lifecycle.config import DaemonConfig
@@ -25,6 +32,7 @@ from ateom.daemon.lifecycle.release import Releases
 from ateom.daemon.sandbox import save
 from ateom.daemon.sandbox.teardown import StoppedSandbox
 from ateom.errors import AteomError, ErrorCode
+from ateom.volumes import CaptureResult, DurableVolume, capture
 
 log = structlog.get_logger("ateom.checkpoint")
 
@@ -35,18 +43,24 @@ class Checkpoints:
         self.gpus = gpus
         self.releases = releases
 
-    def take(self, actor: Actor, image: str) -> CheckpointResult:
-        """Checkpoint `actor` (locked by the caller, CHECKPOINTING) into `image`: the
-        steps, in the module's order."""
+    def take(self, actor: Actor, image: str,
+             scope: SnapshotScope = SnapshotScope.FULL) -> CheckpointResult:
+        """Checkpoint `actor` (locked by the caller, CHECKPOINTING) into `image` at
+        `scope` (UNSPECIFIED, from a node agent that sends none, is FULL): the steps,
+        in the module's order."""
+        if scope is SnapshotScope.DATA:
+            return self._take_data(actor, image)
         uid, sandbox = actor.ref.actor_uid, actor.sandbox
         assert sandbox is not None
         beneath = self.config.actors_root
+        durable = sandbox.plan.durable
         with phase("gpu.prepare"):
             gpu = self.gpus.prepare_save(actor)
         with phase("image.room"):
-            expected = self._check_room(actor, image, gpu)
+            expected = self._check_room(actor, image, gpu, durable)
         with phase("image.prepare"):
             save.make_image_dir(image)
+            before = save.file_versions(image)
 
         stopped = StoppedSandbox(sandbox.runsc.target.root)
         record = compat_record.RecordWrite(image, gpu.record, beneath=beneath) if gpu else None
@@ -56,6 +70,7 @@ class Checkpoints:
                 record.stage()  # first: its fsync is what takes time
             stopped.hold()
 
+        data: tuple[str, ...] = ()
         try:
             with progress("checkpoint", uid, measure=lambda: save.image_size(image),
                           expected_bytes=expected, containers=list(actor.containers),
@@ -67,26 +82,74 @@ class Checkpoints:
                     reaped=lambda: actor.sandbox_exit is not None)
             if record is not None:
                 files = record.commit(files)
+            if durable:
+                data = _captured(durable, image, uid).files
+                files = tuple(sorted({*files, *data}))
         except save.SaveRefused:
             _undo(record, stopped)
             raise  # the actor keeps running, hosted as before
         except BaseException as exc:
             _undo(record, stopped)
+            if not isinstance(exc, save.SandboxLost):  # a lost save cleared its own files
+                save.remove_written(image, before, beneath=beneath)
             self.releases.release(actor, grace=0)
             sandbox_exits.exited("failed_save")
             raise _terminated_by_failed_checkpoint(uid, exc) from exc
         self.releases.after_checkpoint(actor, stopped)
-        log.info("actor_checkpointed", files=list(files), gpu=gpu is not None)
-        return CheckpointResult(files)
+        log.info("actor_checkpointed", files=list(files), gpu=gpu is not None,
+                 data_files=list(data))
+        return CheckpointResult(files, data)
 
-    def _check_room(self, actor: Actor, image: str, gpu: GpuSave | None) -> int:
+    def _take_data(self, actor: Actor, image: str) -> CheckpointResult:
+        """DATA scope: the durable dirs only, the sandbox paused around the capture so
+        they are taken as of one moment, then resumed: the actor keeps running."""
+        uid, sandbox = actor.ref.actor_uid, actor.sandbox
+        assert sandbox is not None
+        durable = sandbox.plan.durable
+        if not durable:
+            raise AteomError(f"actor {uid}: a DATA snapshot captures durable-dir volumes, and"
+                             " it mounts none; nothing was paused, it keeps running",
+                             code=ErrorCode.FAILED_PRECONDITION)
+        with phase("image.room"):
+            need = save.image_bytes_needed(_durable_bytes(durable))
+            save.check_room(image, need, uid, what="its durable-dir data + margin")
+        with phase("image.prepare"):
+            save.make_image_dir(image)
+        runsc, root = sandbox.runsc, sandbox.plan.root_id
+        with phase("runsc.pause", container=root):
+            runsc.pause(root)  # a refusal leaves it running: runsc's error says why
+        try:
+            result = _captured(durable, image, uid)
+        finally:
+            self._resume(actor)
+        log.info("actor_data_captured", files=list(result.files))
+        return CheckpointResult(result.files, result.files)
+
+    def _resume(self, actor: Actor) -> None:
+        """Resume a sandbox paused for a DATA capture. One that will not resume cannot be
+        left frozen and listed as running: it is terminated, and the call says so."""
+        sandbox = actor.sandbox
+        assert sandbox is not None
+        root = sandbox.plan.root_id
+        try:
+            with phase("runsc.resume", container=root):
+                sandbox.runsc.resume(root)
+        except AteomError as exc:
+            self.releases.release(actor, grace=0)
+            raise AteomError(f"actor {actor.ref.actor_uid}: its durable data was captured but"
+                             f" its sandbox did not resume, so it was terminated (its GPUs and"
+                             f" slot are free): {exc}", code=ErrorCode.INTERNAL) from exc
+
+    def _check_room(self, actor: Actor, image: str, gpu: GpuSave | None,
+                    durable: tuple[DurableVolume, ...] = ()) -> int:
         """Refuse (RESOURCE_EXHAUSTED) a checkpoint whose image cannot fit in the
-        checkpoint dir's filesystem: the actor's memory from runsc's stats, and for
-        a GPU actor the device memory its sandbox holds (runs runsc; nvidia-smi only
-        when the disk has less room than every byte of the actor's GPUs would need).
-        The image's expected size: that memory (the device memory when it was asked)."""
+        checkpoint dir's filesystem: the actor's memory from runsc's stats, its
+        durable-dir data, and for a GPU actor the device memory its sandbox holds
+        (runs runsc; nvidia-smi only when the disk has less room than every byte of
+        the actor's GPUs would need). The image's expected size: that memory (the
+        device memory when it was asked)."""
         uid = actor.ref.actor_uid
-        memory = stats.memory_in_use(actor, uid)
+        memory = stats.memory_in_use(actor, uid) + _durable_bytes(durable)
         gpu_memory = 0
         if gpu is not None:
             bound = self.gpus.device_memory_bound(actor)
@@ -101,6 +164,27 @@ class Checkpoints:
         what += " + margin"
         save.check_room(image, save.image_bytes_needed(memory, gpu_memory), uid, what=what)
         return memory + gpu_memory
+
+
+def _durable_bytes(durable: tuple[DurableVolume, ...]) -> int:
+    """What the durable dirs hold (stats every file, follows no link)."""
+    return sum(save.image_size(v.host_dir) for v in durable)
+
+
+def _captured(durable: tuple[DurableVolume, ...], image: str, uid: str) -> CaptureResult:
+    """The durable dirs' tars in the checkpoint dir (`ateom.volumes.capture`); what it
+    skipped (FIFOs, sockets, devices) is logged. A failure (the disk filled after the
+    room check) is FAILED_PRECONDITION naming the actor; capture leaves no tar then."""
+    try:
+        with phase("volumes.capture"):
+            result = capture(durable, image)
+    except OSError as exc:
+        raise AteomError(f"actor {uid}: capturing its durable-dir data into {image} failed:"
+                         f" {exc.strerror or exc}", code=ErrorCode.FAILED_PRECONDITION) from exc
+    if result.skipped:
+        log.warning("durable_entries_skipped", skipped=[
+            f"{s.volume_name}:{s.path}: {s.reason}" for s in result.skipped][:20])
+    return result
 
 
 def _undo(record: compat_record.RecordWrite | None, stopped: StoppedSandbox) -> None:

@@ -127,6 +127,12 @@ class DaemonConfig:
         return os.path.join(self.run_dir, "logs")
 
     @property
+    def filestore_root(self) -> str:
+        """Parent of each actor's rootfs overlay filestore dir (`runsc.commands.
+        overlay_flags`): ateom's, not the node agent's bundle."""
+        return os.path.join(self.run_dir, "filestore")
+
+    @property
     def generated_cdi_dir(self) -> str:
         """Where `nvidia-ctk cdi generate` writes when no nvidia.com/gpu spec exists."""
         return os.path.join(self.run_dir, "cdi")

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from ateom.errors import AteomError
+from ateom.runsc.commands import overlay_problem
 from ateom.runsc.probe import RunscInfo, unknown_global_flags
 from ateom.settings import unusable_dir
 
@@ -43,10 +44,13 @@ class ReadinessConfig(Protocol):
 
 
 def flag_problems(runsc: RunscInfo, flags: Sequence[str]) -> list[str]:
-    """One line per --runsc-global-flag this runsc does not know (pure)."""
-    return [f"--runsc-global-flag {flag}: runsc {runsc.path} ({runsc.version}) has no such"
-            " flag (`runsc flags` lists those it has); every runsc call would fail"
-            for flag in unknown_global_flags(flags, runsc.global_flags)]
+    """One line per --runsc-global-flag this runsc does not know, and an --overlay2 that
+    would write into the node agent's bundles (`overlay_problem`) (pure)."""
+    problems = [f"--runsc-global-flag {flag}: runsc {runsc.path} ({runsc.version}) has no"
+                " such flag (`runsc flags` lists those it has); every runsc call would fail"
+                for flag in unknown_global_flags(flags, runsc.global_flags)]
+    overlay = overlay_problem(flags)
+    return [*problems, overlay] if overlay else problems
 
 
 def check(config: ReadinessConfig, probe: Callable[[str], RunscInfo]) -> tuple[str, ...]:

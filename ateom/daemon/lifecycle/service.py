@@ -33,7 +33,7 @@ from ateom.daemon.actors.succession import yielders_of
 from ateom.daemon.actors.table import Actor, ActorTable, Op, Phase
 from ateom.daemon.bundles.catalog import DeviceCatalog
 from ateom.daemon.bundles.plan import CdiInjector, Injector, SandboxPlan, SandboxPlanner
-from ateom.daemon.bundles.store import BundleStore
+from ateom.daemon.bundles.store import BundleStore, bundles_root
 from ateom.daemon.calls import sandbox_exits, validation
 from ateom.daemon.calls.phases import phase
 from ateom.daemon.calls.progress import progress
@@ -43,6 +43,7 @@ from ateom.daemon.calls.requests import (
     CheckpointResult,
     RestoreRequest,
     RunRequest,
+    SnapshotScope,
     StatsSample,
     TerminateRequest,
 )
@@ -64,9 +65,23 @@ from ateom.process.reaper import Reaper, default_reaper
 from ateom.runsc.commands import RunscError
 from ateom.runsc.probe import PROBE_TIMEOUT, RunscInfo, probe_runsc
 from ateom.settings import parse_placement
+from ateom.volumes import restore as restore_durable
 from ateom.worker.capacity import read_capacity
 
 log = structlog.get_logger("ateom.service")
+
+
+def _durable_back(plan: SandboxPlan, snapshot: str, uid: str) -> None:
+    """The actor's durable-dir volumes emptied and filled from the snapshot's tars
+    (`ateom.volumes.restore`: every tar checked whole first, extraction confined),
+    before its sandbox boots: the app starts, or resumes, on its own data."""
+    try:
+        with phase("volumes.restore"):
+            restore_durable(plan.durable, snapshot)
+    except OSError as exc:
+        raise AteomError(f"actor {uid}: putting its durable-dir data back from {snapshot}"
+                         f" failed: {exc.strerror or exc}",
+                         code=ErrorCode.FAILED_PRECONDITION) from exc
 
 
 class AteomService:
@@ -83,7 +98,8 @@ class AteomService:
             beneath=config.run_dir))
         self.planner = SandboxPlanner(actors_root=config.actors_root,
                                       pause_container=config.pause_container,
-                                      catalog=self.catalog, injector=self.injector)
+                                      catalog=self.catalog, injector=self.injector,
+                                      bundles_root=bundles_root(config.run_dir))
         self.bundles = BundleStore(config.actors_root, config.run_dir)
         self.hosting = Hosting(config, self.reaper, self.bundles, self.injector, self.actors)
         pool = GpuPool(parse_placement(config.gpu.placement), lambda: GpuActors.gatherer(
@@ -116,12 +132,15 @@ class AteomService:
 
         return probe_runsc(path, runner)
 
-    def _allowed_runsc(self, requested: str) -> str:
-        """The runsc a request may run (PERMISSION_DENIED otherwise); stats PATH."""
+    def _allowed_runsc(self, requested: str, assets: Mapping[str, str]) -> str:
+        """The runsc a request may run (PERMISSION_DENIED otherwise), its runtime assets
+        checked against it (`validation.check_runtime_assets`); stats PATH."""
         configured = self.config.runsc
         resolved = "" if os.path.isabs(configured) else shutil.which(configured) or ""
-        return validation.check_runsc_path(requested, configured, self.config.runsc_dir,
-                                           resolved=resolved)
+        runsc = validation.check_runsc_path(requested, configured, self.config.runsc_dir,
+                                            resolved=resolved)
+        validation.check_runtime_assets(assets, runsc, requested)
+        return runsc
 
     def not_ready(self) -> tuple[str, ...]:
         """Why no actor can run now, one line each (`readiness`; probes runsc, stats
@@ -135,7 +154,7 @@ class AteomService:
             validation.check_run(req, root, pause=pause)
         else:
             validation.check_restore(req, root, pause=pause)
-        info = self.probe(self._allowed_runsc(req.runsc_path))
+        info = self.probe(self._allowed_runsc(req.runsc_path, req.runtime_asset_paths))
         problems = [*self.not_ready(),
                     *readiness.flag_problems(info, self.config.runsc_global_flags)]
         if problems:
@@ -152,17 +171,20 @@ class AteomService:
         return info
 
     def _admit_and_host(self, req: RunRequest | RestoreRequest, op: Op, info: RunscInfo,
-                        image: str | None, *, discard_image: bool = False) -> SandboxPlan:
-        """Admit the actor, plan its bundles, host its sandbox (restored from `image`
-        when given, which is removed once restored if `discard_image`, still under
-        the actor's lock). Admission, the hosting table's rollback and the actor
-        lock's release live here once for Run and Restore."""
+                        *, image: str | None = None, data: str | None = None,
+                        discard: str | None = None) -> SandboxPlan:
+        """Admit the actor, plan its bundles, put its durable-dir data back from the
+        snapshot in `data` (a Restore's restore_dir), host its sandbox (restored from
+        `image` when given, else booted fresh), and remove `discard` (a consumed
+        restore_dir), all before the call answers and under the actor's lock.
+        Admission, the hosting table's rollback and the actor lock's release live
+        here once for Run and Restore."""
         uid = req.actor.actor_uid
         actor = self.admission.admit(self.actors, req.actor, op, max_wait=self.config.lock_wait)
         try:
-            # Bundles a dead predecessor left edited get their originals back
-            # before they are read: the plan must start from the node agent's.
-            if self.bundles.has_records(uid):
+            # What a dead predecessor left of this actor (its sandbox, ateom's bundle
+            # dirs) goes before the new sandbox takes the same names.
+            if os.path.lexists(self.bundles.actor_dir(uid)):
                 self.hosting.clean_leftovers(uid, self._leftover_runsc(uid))
             with phase("plan"):
                 view = self._book_gpus(actor, req, info, image)
@@ -171,6 +193,8 @@ class AteomService:
                                          tools=self.gpus.tools(view), cpu_milli=req.cpu_milli,
                                          memory_bytes=req.memory_bytes)
                 self.gpus.check_control_nodes(uid, plan.gpu, op.value)
+            if data is not None and plan.durable:
+                _durable_back(plan, data, uid)
             runsc = self.hosting.runsc_for(uid, info, gpu=plan.gpu)
             if image is None:
                 self.hosting.host(actor, plan, runsc, None)
@@ -181,8 +205,8 @@ class AteomService:
                               measure=lambda: bytes_read(sandbox_processes(root)),
                               containers=list(plan.container_names), image=image):
                     self.hosting.host(actor, plan, runsc, image)
-                if discard_image:
-                    save.discard(image, beneath=self.config.actors_root, uid=uid)
+            if discard is not None:
+                save.discard(discard, beneath=self.config.actors_root, uid=uid)
             return plan
         except BaseException:
             self.gpus.give_back(uid)
@@ -219,7 +243,7 @@ class AteomService:
                 self.actors.starts.starting():
             with phase("validate"):
                 info = self._validate_start(req)
-            plan = self._admit_and_host(req, Op.RUN, info, None)
+            plan = self._admit_and_host(req, Op.RUN, info)
             log.info("actor_running", containers=list(plan.container_names),
                      devices=list(plan.devices), nvproxy=plan.gpu)
 
@@ -232,14 +256,18 @@ class AteomService:
                 if not os.path.isdir(image) or not os.listdir(image):
                     raise AteomError(f"actor_dirs.restore_dir {quote(image)}: missing or empty",
                                      code=ErrorCode.FAILED_PRECONDITION)
+            # A DATA snapshot is the durable dirs alone: fresh containers, the data back.
+            memory = image if req.scope is not SnapshotScope.DATA else None
             try:
-                plan = self._admit_and_host(req, Op.RESTORE, info, image,
-                                            discard_image=not req.preserve_restore_dir)
+                plan = self._admit_and_host(
+                    req, Op.RESTORE, info, image=memory, data=image,
+                    discard=None if req.preserve_restore_dir else image)
             except RunscError as exc:
                 raise AteomError(f"restore of actor {uid} failed in runsc and was cleaned"
                                  f" up: {exc}", code=ErrorCode.INTERNAL) from exc
             log.info("actor_restored", containers=list(plan.container_names),
-                     devices=list(plan.devices), nvproxy=plan.gpu)
+                     devices=list(plan.devices), nvproxy=plan.gpu, scope=req.scope.name,
+                     snapshot_uri=req.snapshot_uri)
 
     def checkpoint_workload(self, req: CheckpointRequest) -> CheckpointResult:
         uid = req.actor.actor_uid
@@ -247,10 +275,12 @@ class AteomService:
             with phase("validate"):
                 validation.check_checkpoint(req, self.config.actors_root,
                                             pause=self.config.pause_container)
-                self._allowed_runsc(req.runsc_path)
+                self._allowed_runsc(req.runsc_path, req.runtime_asset_paths)
                 validation.check_dirs_on_disk(req.dirs, self.config.actors_root)
-            with self.actors.operate(uid, Op.CHECKPOINT, max_wait=self.config.lock_wait) as actor:
-                return self.checkpoints.take(actor, req.dirs.checkpoint_dir)
+            with self.actors.operate(uid, Op.CHECKPOINT, max_wait=self.config.lock_wait) as actor, \
+                    structlog.contextvars.bound_contextvars(snapshot_uri=req.snapshot_uri,
+                                                            scope=req.scope.name):
+                return self.checkpoints.take(actor, req.dirs.checkpoint_dir, req.scope)
 
     def terminate_workload(self, req: TerminateRequest) -> None:
         uid = req.actor.actor_uid
@@ -258,7 +288,7 @@ class AteomService:
             with phase("validate"):
                 validation.check_terminate(req, self.config.actors_root,
                                            pause=self.config.pause_container)
-                self._allowed_runsc(req.runsc_path)
+                self._allowed_runsc(req.runsc_path, {})
             self._terminate(req.actor)
 
     def _terminate(self, ref: ActorRef) -> None:

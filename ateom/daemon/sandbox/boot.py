@@ -17,8 +17,8 @@ from ateom.runsc.commands import Runsc
 
 @dataclass
 class Sandbox:
-    """What the daemon keeps per hosted actor: its runsc, its plan, and which
-    bundles hold ateom's config right now (given back on release)."""
+    """What the daemon keeps per hosted actor: its runsc, its plan, and which of its
+    containers' configs ateom has written (its own bundle dirs, removed on release)."""
 
     runsc: Runsc
     plan: SandboxPlan
@@ -52,13 +52,13 @@ def boot(sandbox: Sandbox, containers: Sequence[ContainerPlan], image_path: str 
         if image_path is not None:
             if runsc.target.info.restore_needs_create:
                 with phase("runsc.create", container=c.name):
-                    runsc.create(c.runsc_id, c.bundle, pids, meanwhile=meanwhile)
+                    runsc.create(c.runsc_id, c.own_bundle, pids, meanwhile=meanwhile)
                 meanwhile = None
             with phase("runsc.restore", container=c.name):
-                runsc.restore(c.runsc_id, c.bundle, image_path, pids, meanwhile=meanwhile)
+                runsc.restore(c.runsc_id, c.own_bundle, image_path, pids, meanwhile=meanwhile)
         else:
             with phase("runsc.create", container=c.name):
-                runsc.create(c.runsc_id, c.bundle, pids, meanwhile=meanwhile)
+                runsc.create(c.runsc_id, c.own_bundle, pids, meanwhile=meanwhile)
             with phase("runsc.start", container=c.name):
                 runsc.start(c.runsc_id)
         meanwhile = None

@@ -20,14 +20,12 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
-import threading
 import time
 from collections.abc import Callable, Sequence
 
 import structlog
 
 from ateom import safefs
-from ateom.daemon.calls.answer import after_answer
 from ateom.daemon.calls.phases import phase
 from ateom.daemon.calls.progress import progress
 from ateom.daemon.sandbox.boot import Sandbox
@@ -78,8 +76,7 @@ _ASIDE = ".{name}.ateom-discarded-"
 
 def set_aside(image: str, *, beneath: str) -> bool:
     """Rename a consumed restore image to a unique sibling, so the node agent's
-    restore_dir is free at once (a rename: microseconds, where removing a large
-    image takes tens of ms); `remove_set_aside` deletes it later. Its directory
+    restore_dir is free at once; `remove_set_aside` deletes it. Its directory
     is walked from `beneath` without following a symlink, and a symlink at
     `image` would be moved, never followed. False when it could not be renamed
     (the caller removes it in place)."""
@@ -125,16 +122,20 @@ def _remove_in_place(image: str, *, beneath: str) -> None:
 
 
 def discard(image: str, *, beneath: str, uid: str = "") -> None:
-    """Actor `uid`'s consumed restore image: renamed aside now, removed once the call
-    has its answer (`calls.answer`); removed in place, now, when it cannot be
-    renamed. Everything through directory fds walked from `beneath` (--actors-root)."""
+    """Actor `uid`'s consumed restore image, removed before the call answers: the
+    actor's dirs are the node agent's once it has its answer, so nothing of ateom's
+    may still be deleting in them then (../shared/node-agent-contract.md). Renamed
+    aside first (a rename frees the node agent's restore_dir name at once, whatever
+    happens next), then removed with any a crashed daemon left beside it; removed in
+    place when it cannot be renamed. The restored sandbox may still hold the image's
+    files open (a background restore reads them lazily): unlinking them then frees
+    nothing yet and costs microseconds; their blocks go when it closes them.
+    Everything through directory fds walked from `beneath` (--actors-root)."""
     with phase("image.discard"):
         if not set_aside(image, beneath=beneath):
             _remove_in_place(image, beneath=beneath)
             return
-    after_answer(threading.Thread(target=remove_set_aside, args=(image,),
-                                  kwargs={"beneath": beneath, "uid": uid},
-                                  name="discard-image", daemon=True).start)
+        remove_set_aside(image, beneath=beneath, uid=uid)
 
 
 def image_size(top: str) -> int:

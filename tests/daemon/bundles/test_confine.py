@@ -83,3 +83,18 @@ def test_allowed_mounts_pass(tmp_path: Path) -> None:
         {"type": "tmpfs", "source": "tmpfs", "destination": "/tmp"},  # not a bind
         {"type": "proc", "source": "proc", "destination": "/proc"},
     ]}, "c", [str(actor)])
+
+
+def test_relocate_names_the_node_agents_bundle_as_runsc_would_have_joined_it() -> None:
+    config = {"root": {"path": "rootfs"}, "process": {"args": ["sh"]}, "mounts": [
+        {"destination": "/etc/hosts", "type": "bind", "source": "hosts", "options": ["ro"]},
+        {"destination": "/x", "source": "rel", "options": ["rbind", "rw"]},
+        {"destination": "/abs", "type": "bind", "source": "/srv/abs"},
+        {"destination": "/proc", "type": "proc", "source": "proc"},
+    ]}
+    out = confine.relocate(config, "/actors/a/bundles/app")
+    assert out["root"]["path"] == "/actors/a/bundles/app/rootfs"
+    assert [m["source"] for m in out["mounts"]] == [
+        "/actors/a/bundles/app/hosts", "/actors/a/bundles/app/rel", "/srv/abs", "proc"]
+    assert config["root"]["path"] == "rootfs"  # the input is not changed
+    assert confine.relocate({"process": {}}, "/b")["root"]["path"] == "/b/rootfs"

@@ -81,13 +81,19 @@ def test_bad_device_choices(choice: DeviceChoice, expected: ErrorCode) -> None:
     assert code(validation.check_containers, c) is expected
 
 
-@pytest.mark.parametrize("field", ["durable_dir_volume_mounts", "csi_volume_mounts",
-                                   "system_info_volume_mounts", "image_volume_mounts"])
-def test_volume_mounts_are_unimplemented_naming_the_field(field: str) -> None:
-    c = ContainerRequest("app", **{field: (VolumeMountRequest("v", "/v"),)})
-    with pytest.raises(AteomError, match=field) as err:
-        validation.check_containers((c,))
-    assert err.value.code is ErrorCode.UNIMPLEMENTED
+def test_volume_mounts_are_translated_in_wire_order_for_the_planner() -> None:
+    # Checked where they are planned (`ateom.volumes.plan_mounts`): the index a refusal
+    # names must be the wire's, kind by kind.
+    c = ContainerRequest(
+        "app", durable_dir_volume_mounts=(VolumeMountRequest("d", "/d"),),
+        csi_volume_mounts=(VolumeMountRequest("c", "/c"),),
+        system_info_volume_mounts=(VolumeMountRequest("s", "/s"),),
+        image_volume_mounts=(VolumeMountRequest("i1", "/i1"), VolumeMountRequest("i2", "/i2")))
+    validation.check_containers((c,))
+    assert [(v.kind.wire_field, v.volume_name) for v in c.volume_requests()] == [
+        ("durable_dir_volume_mounts", "d"), ("csi_volume_mounts", "c"),
+        ("system_info_volume_mounts", "s"), ("image_volume_mounts", "i1"),
+        ("image_volume_mounts", "i2")]
 
 
 def test_wakeup_probe_is_unimplemented() -> None:
@@ -168,12 +174,8 @@ def test_runsc_path_may_name_the_configured_runsc_as_found_on_path() -> None:
 
 
 @pytest.mark.parametrize("request_, field", [
-    (RunRequest(ActorRef("a"), DIRS, runtime_asset_paths={"k": "v"}), "runtime_asset_paths"),
     (RunRequest(ActorRef("a"), DIRS, egress_gateway=""), "egress_gateway"),
     (RestoreRequest(ActorRef("a"), DIRS, egress_gateway="gw:1"), "egress_gateway"),
-    (RestoreRequest(ActorRef("a"), DIRS, scope=SnapshotScope.DATA), "scope"),
-    (CheckpointRequest(ActorRef("a"), DIRS, scope=SnapshotScope.DATA), "scope"),
-    (CheckpointRequest(ActorRef("a"), DIRS, snapshot_uri="gs://b/x"), "snapshot_uri"),
 ])
 def test_set_but_unsupported_fields_are_unimplemented(request_: object, field: str) -> None:
     check = {RunRequest: validation.check_run, RestoreRequest: validation.check_restore,
@@ -183,9 +185,40 @@ def test_set_but_unsupported_fields_are_unimplemented(request_: object, field: s
     assert err.value.code is ErrorCode.UNIMPLEMENTED
 
 
-def test_local_snapshot_uri_and_negative_resources() -> None:
-    validation.check_checkpoint(CheckpointRequest(
-        ActorRef("a"), DIRS, snapshot_uri="file://" + DIRS.checkpoint_dir), ROOT)
+@pytest.mark.parametrize("uri", ["gs://bucket/root/atespaces/team-a/actors/u/snapshots/5678",
+                                 "s3://b/x", "file:///local/cache/x", ""])
+def test_a_snapshot_uri_of_any_scheme_and_either_scope_is_taken(uri: str) -> None:
+    # The URI names the snapshot; the node agent moves the files, ateom never fetches it.
+    for scope in (SnapshotScope.FULL, SnapshotScope.DATA):
+        validation.check_checkpoint(CheckpointRequest(ActorRef("a"), DIRS, snapshot_uri=uri,
+                                                      scope=scope), ROOT)
+        validation.check_restore(RestoreRequest(ActorRef("a"), DIRS, snapshot_uri=uri,
+                                                scope=scope), ROOT)
+    with pytest.raises(AteomError, match="snapshot_uri 'gs://") as err:
+        validation.check_checkpoint(CheckpointRequest(
+            ActorRef("a"), DIRS, snapshot_uri="gs://" + "x" * 5000), ROOT)
+    assert err.value.code is ErrorCode.INVALID_ARGUMENT
+
+
+def test_runtime_assets_the_older_node_agent_sends_are_taken_for_the_runsc_that_runs(
+        ) -> None:
+    validation.check_runtime_assets({"runsc": "/static-files/runsc-abc"}, "/static-files/runsc-abc",
+                                    "/static-files/runsc-abc")
+    validation.check_runtime_assets({}, "/usr/bin/runsc", "")
+    # runsc_path empty: the configured runsc runs, and the asset may name it.
+    validation.check_runtime_assets({"runsc": "/usr/bin/runsc"}, "/usr/bin/runsc", "")
+    with pytest.raises(AteomError, match=r"runtime_asset_paths\['runsc'\] '/other': differs"
+                       ) as err:
+        validation.check_runtime_assets({"runsc": "/other"}, "/usr/bin/runsc", "")
+    assert err.value.code is ErrorCode.INVALID_ARGUMENT
+    with pytest.raises(AteomError, match="cloud-hypervisor.*micro-VM runtime asset") as err:
+        validation.check_runtime_assets({"cloud-hypervisor": "/ch"}, "/usr/bin/runsc", "")
+    assert err.value.code is ErrorCode.FAILED_PRECONDITION
+    assert code(validation.check_runtime_assets, {"k": "v"}, "/r", "") \
+        is ErrorCode.INVALID_ARGUMENT
+
+
+def test_negative_resources() -> None:
     assert code(validation.check_run, RunRequest(ActorRef("a"), DIRS, cpu_milli=-1),
                 ROOT) is ErrorCode.INVALID_ARGUMENT
     assert code(validation.check_run, RunRequest(ActorRef("a"), DIRS, memory_bytes=-1),

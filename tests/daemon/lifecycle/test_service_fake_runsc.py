@@ -47,7 +47,7 @@ def test_run_argv_without_gpu(make_world) -> None:  # type: ignore[no-untyped-de
     assert create == [
         "-log-format", "json", "--alsologtostderr", "-root", root,
         "-log", str(logs / "_pause.runsc.log"), "--network=none",
-        "create", "-bundle", f"{req.dirs.oci_bundle_dir}/_pause",
+        "create", "-bundle", str(w.own_config_path("a1", "_pause").parent),
         "-pid-file", f"{root}/a1_pause.pid", "a1_pause",
     ]
     assert w.fake.calls()[1][-2:] == ["start", "a1_pause"]
@@ -85,7 +85,7 @@ def test_injection_uses_the_configured_driver_root_and_toolkit_dir(  # type: ign
                         "ATEOM_NVIDIA_TOOLKIT_DIR": "/tk-env"})
     req = w.run("g3", "app", devices=DeviceChoice())
     w.service.run_workload(req)
-    config = json.loads((Path(req.dirs.oci_bundle_dir) / "app" / "config.json").read_text())
+    config = w.app_config("g3")
     env = dict(e.split("=", 1) for e in config["process"]["env"])
     assert env["LD_LIBRARY_PATH"].split(":")[0] == "/drv-flag/lib64"
     hooks = config["hooks"]["createContainer"]
@@ -165,7 +165,7 @@ def test_app_bundles_are_injected_while_the_sandbox_root_boots(make_world) -> No
     # they overlapped, and the app was still created after its bundle was written.
     assert injector.applied_while_root_booted
     assert w.fake.commands() == ["create o1_pause", "start o1_pause", "create app", "start app"]
-    config = json.loads((Path(req.dirs.oci_bundle_dir) / "app" / "config.json").read_text())
+    config = w.app_config("o1")
     assert config["annotations"]["io.kubernetes.cri.sandbox-id"] == "o1_pause"
     assert "LD_LIBRARY_PATH" in " ".join(config["process"]["env"])
 
@@ -309,7 +309,7 @@ def test_restore_argv_follows_the_probed_runsc(make_world, newer: bool) -> None:
     assert w.fake.commands() == ["restore r1_pause"]  # restore creates the container itself
     argv = w.fake.calls()[0]
     sub = argv[argv.index("restore"):]
-    expected = ["restore", "-bundle", f"{dirs.oci_bundle_dir}/_pause",
+    expected = ["restore", "-bundle", str(w.own_config_path("r1", "_pause").parent),
                 "-image-path", dirs.restore_dir,
                 "-pid-file", f"{w.state_dir('r1')}/r1_pause.pid"]
     expected += ["-background"] if newer else []
@@ -333,10 +333,12 @@ def test_restore_of_a_gpu_actor_re_injects_and_passes_nvproxy_on_every_call(  # 
     assert list(by_command) == ["restore rg_pause", "restore app"]
     assert "--nvproxy" in by_command["restore rg_pause"]
     assert "--nvproxy" in by_command["restore app"]
-    injected = json.loads((bundles / "app" / "config.json").read_bytes())
+    injected = w.app_config("rg")
     assert "/dev/nvidia0" in {d["path"] for d in injected["linux"]["devices"]}
+    assert (bundles / "app" / "config.json").read_bytes() == original  # never written
     w.service.terminate_workload(TerminateRequest(actor=ActorRef("rg")))
     assert (bundles / "app" / "config.json").read_bytes() == original
+    assert not w.own_config_path("rg").exists()
 
 
 def test_restore_consumes_restore_dir_unless_preserved(make_world) -> None:  # type: ignore[no-untyped-def]
@@ -520,14 +522,15 @@ def test_an_app_named_like_a_configured_pause_container_is_refused(make_world) -
     assert err.value.code is ErrorCode.INVALID_ARGUMENT and w.fake.commands() == []
 
 
-def test_terminate_after_a_daemon_crash_gives_the_bundles_back(make_world) -> None:  # type: ignore[no-untyped-def]
+def test_terminate_after_a_daemon_crash_clears_its_own_bundle_dirs(make_world) -> None:  # type: ignore[no-untyped-def]
     w = make_world(fake_kw={"global_flags": ["nvproxy"]})
     bundles = w.bundles("cr", "app")
     originals = {n: (bundles / n / "config.json").read_bytes() for n in ("_pause", "app")}
     w.service.run_workload(RunRequest(actor=ActorRef("cr"), dirs=w.dirs("cr"), containers=(
         ContainerRequest("app", devices=DeviceChoice(DevicePolicy.EXPLICIT,
                                                      ("nvidia.com/gpu=0",))),)))
-    assert (bundles / "app" / "config.json").read_bytes() != originals["app"]
+    assert (bundles / "app" / "config.json").read_bytes() == originals["app"]  # never written
+    assert w.own_config_path("cr").read_bytes() != originals["app"]  # ateom's copy
     # The daemon dies (its memory with it); a new one is asked to terminate.
     after_crash = AteomService(w.config, reaper=Reaper())
     after_crash.terminate_workload(TerminateRequest(actor=ActorRef("cr")))

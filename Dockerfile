@@ -86,11 +86,24 @@ COPY --from=runsc /out/runsc.source /usr/local/share/ateom/runsc.source
 # by Substrate's controller (--pod-uid), they are the shared base dir's
 # (<base>/ateoms/<pod uid>/ateom.sock, <base>/actors), which an image default would hide;
 # the standalone example Pod (deploy/gpu-worker-pod.yaml) sets both.
+# ATEOM_RUNSC_GLOBAL_FLAGS: runsc's global flags on every call, a default because Substrate's
+# controller sets no ATEOM_* variable (deploy/substrate-worker-deployment.yaml; measured by
+# tests/ops/test_substrate_deployment.py, where every RunWorkload fails without each one):
+#  --ignore-cgroups: a container that is not privileged gets cgroupfs read-only (containerd
+#    and CRI-O alike), so runsc cannot make a cgroup per sandbox ("mkdir
+#    /sys/fs/cgroup/cpuset/<id>: read-only file system"); actors run in the Pod's cgroup,
+#    bounded together by its limits, their own cpu_milli/memory_bytes not enforced;
+#  --network=none: the sandbox would join the worker's own network namespace, which runsc
+#    refuses ("cannot run with network enabled in root network namespace"); actors get a
+#    loopback interface only.
+# A Pod that sets the variable replaces both (keep them in it unless its node agent gives
+# every sandbox a cgroup and a network namespace of its own).
 ENV PATH=/opt/ateom/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     ATEOM_RUNSC=/usr/local/bin/runsc \
     ATEOM_NVIDIA_DRIVER_ROOT=/usr/local/nvidia \
-    ATEOM_NVIDIA_TOOLKIT_DIR=/opt/nvidia-toolkit
+    ATEOM_NVIDIA_TOOLKIT_DIR=/opt/nvidia-toolkit \
+    ATEOM_RUNSC_GLOBAL_FLAGS="--ignore-cgroups --network=none"
 # Root is required, on purpose and only for these reasons:
 #  - runsc create/restore sets up namespaces, mounts, chroot/pivot_root and the gofer, and
 #    changes the sandbox's uid; unprivileged runsc (--rootless) has no nvproxy and no

@@ -30,7 +30,15 @@ import pytest
 import yaml
 
 from tests.ops.pod_to_podman import Translation, translate
-from tests.ops.podman_env import REPO, Podman, default_base_image, missing_tools
+from tests.ops.podman_env import (
+    REPO,
+    TAG,
+    Podman,
+    caps_of,
+    missing_tools,
+    shared_build,
+    shared_podman,
+)
 from tests.support import build_busybox_bundle
 from tests.support import grpcurl as operator
 from tests.support.newest_runsc import newest_runsc
@@ -42,49 +50,23 @@ if missing_tools():
     pytest.skip(f"the worker image test needs {', '.join(missing_tools())} "
                 "(scripts/bootstrap.sh installs them)", allow_module_level=True)
 
-TAG = "localhost/ateom-worker:image-test"
 NEWEST_TAG = "localhost/ateom-worker:image-test-newest-runsc"
 # What the Dockerfile's build context holds (.dockerignore): copied for a build whose
 # deploy/runsc is a gVisor release, so the repository's own tree is never written.
 CONTEXT = ("pyproject.toml", "README.md", "constraints.txt", "ateom", "deploy/image")
 POD = REPO / "deploy" / "gpu-worker-pod.yaml"
 COUNTER = "i=0; while true; do i=$((i+1)); echo tick=$i; sleep 0.1; done"
-CAP_NAMES = ["CHOWN", "DAC_OVERRIDE", "DAC_READ_SEARCH", "FOWNER", "FSETID", "KILL", "SETGID",
-             "SETUID", "SETPCAP", "LINUX_IMMUTABLE", "NET_BIND_SERVICE", "NET_BROADCAST",
-             "NET_ADMIN", "NET_RAW", "IPC_LOCK", "IPC_OWNER", "SYS_MODULE", "SYS_RAWIO",
-             "SYS_CHROOT", "SYS_PTRACE", "SYS_PACCT", "SYS_ADMIN", "SYS_BOOT", "SYS_NICE",
-             "SYS_RESOURCE", "SYS_TIME", "SYS_TTY_CONFIG", "MKNOD", "LEASE", "AUDIT_WRITE",
-             "AUDIT_CONTROL", "SETFCAP", "MAC_OVERRIDE", "MAC_ADMIN", "SYSLOG", "WAKE_ALARM",
-             "BLOCK_SUSPEND", "AUDIT_READ", "PERFMON", "BPF", "CHECKPOINT_RESTORE"]
-
-
-def caps_of(status: str, field: str) -> set[str]:
-    """The capability names of one mask line (CapEff, CapBnd …) of /proc/<pid>/status."""
-    [mask] = [int(line.split()[1], 16) for line in status.splitlines()
-              if line.startswith(field + ":")]
-    return {name for bit, name in enumerate(CAP_NAMES) if mask >> bit & 1}
-
-
 @pytest.fixture(scope="module")
-def podman(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Podman]:
-    root = tmp_path_factory.mktemp("podman")
-    tool = Podman(root)
-    info = tool("info", check=False)
-    if info.returncode != 0:  # podman itself cannot work here (e.g. no storage driver)
-        pytest.skip(f"podman cannot run on this machine: {info.stderr.strip()[-500:]}")
-    yield tool
-    tool("rm", "--all", "--force", "--time", "0", check=False)
-    tool("rmi", "--all", "--force", check=False, timeout=300)
-    shutil.rmtree(root, ignore_errors=True)
+def podman(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Podman:
+    """The session's podman storage (`podman_env.shared_podman`), shared with
+    test_substrate_deployment.py so the image is built once."""
+    return shared_podman(request.config, tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
 def build(podman: Podman, tmp_path_factory: pytest.TempPathFactory) -> str:
     """The build log of `podman build -f Dockerfile .`, no build arguments."""
-    podman.make_base(default_base_image(), tmp_path_factory.mktemp("base"))
-    done = podman("build", *podman.limits(), "-f", "Dockerfile", "-t", TAG, str(REPO),
-                  timeout=1800)
-    return done.stdout + done.stderr
+    return shared_build(podman, tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

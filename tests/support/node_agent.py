@@ -30,6 +30,7 @@ import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ateom._proto import ateom_pb2 as pb
 from ateom._proto import ateom_pb2_grpc as pb_grpc
@@ -164,7 +165,7 @@ class NodeAgent:
     def _assets(self) -> dict[str, str]:
         return {"runsc": self.runsc_path} if self.legacy and self.runsc_path else {}
 
-    def _common(self, actor: Actor) -> dict[str, object]:
+    def _common(self, actor: Actor) -> dict[str, Any]:
         return dict(atespace=actor.atespace, actor_name=actor.name or actor.uid,
                     actor_uid=actor.uid, runsc_path=self.runsc_path, spec=actor.spec(),
                     actor_dirs=self.dirs(actor.uid))
@@ -174,7 +175,7 @@ class NodeAgent:
 
     # -- the calls -------------------------------------------------------------------
 
-    def run(self, actor: Actor, timeout: float = 120, **kw: object) -> None:
+    def run(self, actor: Actor, timeout: float = 120, **kw: Any) -> None:
         self.lay_out(actor)
         self.stub.RunWorkload(pb.RunWorkloadRequest(
             **self._common(actor), runtime_asset_paths=self._assets(), **kw), timeout=timeout)
@@ -208,7 +209,7 @@ class NodeAgent:
                         tuple(answer.data_snapshot_files), stored)
 
     def restore(self, actor: Actor, snapshot: Snapshot, *, scope: int | None = None,
-                timeout: float = 120, **kw: object) -> None:
+                timeout: float = 120, **kw: Any) -> None:
         """Fresh dirs and bundles, the snapshot's files downloaded into restore_dir (all
         of them at FULL, the DATA ones at DATA scope), then RestoreWorkload."""
         scope = snapshot.scope if scope is None else scope

@@ -79,7 +79,7 @@ class Snapshot:
     """A snapshot in object storage: its URI, the files in it, those for DATA scope."""
 
     uri: str
-    scope: int
+    scope: pb.SnapshotScope
     files: tuple[str, ...]
     data_files: tuple[str, ...]
     stored: Path  # the object-storage stand-in's dir for this URI
@@ -186,7 +186,7 @@ class NodeAgent:
         return (f"gs://bucket/root/atespaces/{actor.atespace}/actors/{actor.uid}/snapshots/"
                 f"{5677 + self.snapshots}")
 
-    def checkpoint(self, actor: Actor, scope: int = pb.SNAPSHOT_SCOPE_FULL,
+    def checkpoint(self, actor: Actor, scope: pb.SnapshotScope = pb.SNAPSHOT_SCOPE_FULL,
                    timeout: float = 120) -> Snapshot:
         """Checkpoint, then at once what the node agent does on the answer: the listed
         files moved to object storage, the dirs reset (not at DATA scope: the actor
@@ -208,7 +208,8 @@ class NodeAgent:
         return Snapshot(uri, scope, tuple(answer.snapshot_files),
                         tuple(answer.data_snapshot_files), stored)
 
-    def restore(self, actor: Actor, snapshot: Snapshot, *, scope: int | None = None,
+    def restore(self, actor: Actor, snapshot: Snapshot, *,
+                scope: pb.SnapshotScope | None = None,
                 timeout: float = 120, **kw: Any) -> None:
         """Fresh dirs and bundles, the snapshot's files downloaded into restore_dir (all
         of them at FULL, the DATA ones at DATA scope), then RestoreWorkload."""

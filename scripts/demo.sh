@@ -125,11 +125,12 @@ run_gpu gpu-demo
 for _ in $(seq 100); do grep -q -- '--- end' "$DEMO/run/logs/gpu-demo/app.log" && break; sleep 0.1; done
 echo "what the app container sees (its stdout, from ateom's per-container log):"
 sed -n '/^--- env/,/^--- end/p' "$DEMO/run/logs/gpu-demo/app.log"
-echo "--- device nodes and ateom's cuda-checkpoint mount in the app's config.json:"
+echo "--- device nodes and ateom's cuda-checkpoint mount in the config runsc reads for the app"
+echo "    (ateom's own copy in its run dir; the node agent's bundle is read, never written):"
 "$PYTHON" -c 'import json,sys; c=json.load(open(sys.argv[1]))
 [print("  ", d["path"], d["type"], str(d["major"])+":"+str(d["minor"])) for d in c["linux"]["devices"]]
 [print("  ", m["destination"], "<-", m["source"], m["options"]) for m in c["mounts"] if "cuda-checkpoint" in m["destination"]]' \
-    "$DEMO/actors/gpu-demo/bundles/app/config.json"
+    "$DEMO/run/bundles/gpu-demo/app/config.json"
 call ateom.Inspect/ListActors '{}' | grep -E -A3 '"(actor_uid|gpus|checkpointable)"' | grep -v -- -- | head -12
 
 step "CheckpointWorkload gpu-demo: runsc runs cuda-checkpoint in the sandbox, then saves; ateom writes the record"

@@ -3,7 +3,7 @@ in ateom's own run dir, never in the node agent's bundles.
 
 The node agent owns the actor's dirs: it writes a fresh bundle per container for
 every Run and Restore, and deletes and recreates the dirs the moment a Checkpoint
-answers (../shared/node-agent-contract.md, "Who owns what"). A config ateom wrote
+answers (docs/daemon.md, "The actor's dirs are the node agent's"). A config ateom wrote
 into the node agent's bundle had to be given back after the sandbox went, and that
 came after the Checkpoint's answer, over dirs the node agent had already reset (or
 over the fresh bundles of the next Restore). So ateom's version of each config is

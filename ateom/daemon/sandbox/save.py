@@ -124,7 +124,7 @@ def _remove_in_place(image: str, *, beneath: str) -> None:
 def discard(image: str, *, beneath: str, uid: str = "") -> None:
     """Actor `uid`'s consumed restore image, removed before the call answers: the
     actor's dirs are the node agent's once it has its answer, so nothing of ateom's
-    may still be deleting in them then (../shared/node-agent-contract.md). Renamed
+    may still be deleting in them then (docs/daemon.md, "The actor's dirs"). Renamed
     aside first (a rename frees the node agent's restore_dir name at once, whatever
     happens next), then removed with any a crashed daemon left beside it; removed in
     place when it cannot be renamed. The restored sandbox may still hold the image's

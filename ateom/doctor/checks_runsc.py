@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ateom.doctor.facts import Facts
 from ateom.doctor.verdict import CheckResult, Status, passed, skipped
+from ateom.runsc.commands import global_flag, ignores_cgroups
 
 
 def check_runsc(f: Facts) -> CheckResult:
@@ -163,30 +164,12 @@ def check_user_namespaces(f: Facts) -> CheckResult:
         "kernel.unprivileged_userns_clone, the container runtime's settings)")
 
 
-def global_flag(flags: tuple[str, ...], name: str, *, boolean: bool = False) -> str | None:
-    """The value runsc reads for its global flag `name` from `flags`, the last one
-    winning as in Go's flag package: ``-name=v`` or ``--name=v``; ``-name v`` for a
-    valued flag; a bare ``-name`` is "true" for a boolean one. None when absent."""
-    value = None
-    for i, token in enumerate(flags):
-        key, eq, given = token.lstrip("-").partition("=")
-        if not token.startswith("-") or key != name:
-            continue
-        if eq:
-            value = given
-        elif boolean:
-            value = "true"
-        elif i + 1 < len(flags):
-            value = flags[i + 1]
-    return value
-
-
 def check_runsc_cgroups(f: Facts) -> CheckResult:
     """FAIL where runsc would have to make a cgroup per sandbox on a read-only cgroupfs
     (every container that is not privileged gets one): every Run fails at create."""
     name = "runsc-cgroups"
     flags = f.config.runsc_global_flags
-    if global_flag(flags, "ignore-cgroups", boolean=True) in ("true", "1", "t", "T", "TRUE"):
+    if ignores_cgroups(flags):
         return passed(name, "runsc runs with --ignore-cgroups: every actor in the worker's "
                             "own cgroup, its cpu/memory limits written but not enforced")
     if f.cgroups is None:

@@ -15,6 +15,7 @@ from ateom.doctor.config import DoctorConfig
 from ateom.gpuinfo.cuda_checkpoint import CudaCheckpointFacts
 from ateom.gpuinfo.inventory import WorkerGpus
 from ateom.gpuinfo.mps import MpsVerdict
+from ateom.runsc.host import CgroupMount
 from ateom.worker.capacity import Capacity
 
 
@@ -126,15 +127,6 @@ class UsernsFact:
     max_user_namespaces: int | None = None
     map_error: str = ""  # writing the new namespace's uid_map/gid_map failed: why
     capabilities: int | None = None  # the probe's effective capability mask
-
-
-@dataclass(frozen=True, slots=True)
-class CgroupMount:
-    """A cgroup filesystem mounted where the worker runs (from /proc/self/mountinfo)."""
-
-    path: str
-    fstype: str  # cgroup (v1) or cgroup2
-    readonly: bool
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,8 +9,9 @@ import re
 import stat
 
 from ateom.doctor.config import DoctorConfig
-from ateom.doctor.facts import CgroupMount, DirFact, NodeFact, ToolFact
+from ateom.doctor.facts import DirFact, NodeFact, ToolFact
 from ateom.inject.options import nvidia_hook_binary
+from ateom.runsc.host import CgroupMount, read_cgroup_mounts
 
 _DIGITS = re.compile(r"(\d+)")
 _PROC_VERSION = re.compile(r"Kernel Module.*?\s(\d+\.\d+(?:\.\d+)?)\s")
@@ -82,22 +83,6 @@ def host_driver_version(config: DoctorConfig) -> str:
 
 
 def gather_cgroups(mountinfo: str = "/proc/self/mountinfo") -> tuple[CgroupMount, ...] | None:
-    """The cgroup filesystems mounted here, and whether each is read-only (reads a file).
-
-    A container that is not privileged gets cgroupfs read-only from its runtime;
-    runsc makes a cgroup per sandbox unless told --ignore-cgroups."""
-    try:
-        with open(mountinfo, encoding="utf-8", errors="replace") as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return None
-    found = []
-    for line in lines:
-        # id parent major:minor root mount-point options [optional...] - fstype source super
-        left, _, right = line.partition(" - ")
-        fields, tail = left.split(), right.split()
-        if len(fields) < 6 or not tail or tail[0] not in ("cgroup", "cgroup2"):
-            continue
-        options = set(fields[5].split(",")) | set(tail[2].split(",") if len(tail) > 2 else ())
-        found.append(CgroupMount(fields[4], tail[0], "ro" in options))
-    return tuple(found)
+    """The cgroup filesystems mounted here (`ateom.runsc.host.read_cgroup_mounts`, which
+    the daemon's readiness reads too; reads a file)."""
+    return read_cgroup_mounts(mountinfo)

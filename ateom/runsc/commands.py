@@ -99,6 +99,30 @@ def nvproxy_flags(t: RunscTarget) -> list[str]:
     return flags
 
 
+def global_flag(flags: Sequence[str], name: str, *, boolean: bool = False) -> str | None:
+    """The value runsc reads for its global flag `name` from `flags`, the last one
+    winning as in Go's flag package: ``-name=v`` or ``--name=v``; ``-name v`` for a
+    valued flag; a bare ``-name`` is "true" for a boolean one. None when absent (pure)."""
+    value = None
+    for i, token in enumerate(flags):
+        key, eq, given = token.lstrip("-").partition("=")
+        if not token.startswith("-") or key != name:
+            continue
+        if eq:
+            value = given
+        elif boolean:
+            value = "true"
+        elif i + 1 < len(flags):
+            value = flags[i + 1]
+    return value
+
+
+def ignores_cgroups(flags: Sequence[str]) -> bool:
+    """Whether runsc runs with ``--ignore-cgroups`` (pure)."""
+    return global_flag(flags, "ignore-cgroups", boolean=True) in ("true", "1", "t", "T",
+                                                                  "TRUE")
+
+
 def _flag_name(token: str) -> str:
     return token.lstrip("-").partition("=")[0]
 

@@ -59,7 +59,8 @@ exec "$@"
 class Pod:
     """ateom serve in a stand-in worker Pod (its own mount and network namespaces)."""
 
-    def __init__(self, tmp: Path, *, runsc: str | None = RUNSC) -> None:
+    def __init__(self, tmp: Path, *, runsc: str | None = RUNSC,
+                 runsc_flags: str = "--network=none --ignore-cgroups") -> None:
         self.base = tmp / "base"  # the node's base dir, as the node agent sees it
         self.capacity = tmp / "capacity"
         self.log_path = tmp / f"ateom-{time.monotonic_ns()}.log"
@@ -71,7 +72,7 @@ class Pod:
         env = {"PATH": f"{Path(sys.executable).parent}:/usr/sbin:/usr/bin:/sbin:/bin",
                "POD_UID": POD, "POD_BASE": str(self.base), "POD_CAPACITY": str(self.capacity),
                "ATEOM_RUNSC": runsc or "runsc",
-               "ATEOM_RUNSC_GLOBAL_FLAGS": "--network=none --ignore-cgroups",
+               "ATEOM_RUNSC_GLOBAL_FLAGS": runsc_flags,
                "LANG": "C.UTF-8"}
         self._log = open(self.log_path, "wb")  # noqa: SIM115
         self.proc = subprocess.Popen(
@@ -219,5 +220,18 @@ def test_readyz_says_503_and_why_when_no_actor_could_run(short_tmp: Path) -> Non
         code, body = pod.readyz()
         assert code == 503
         assert str(missing) in body and "not found or not executable" in body, body
+    finally:
+        pod.stop()
+
+
+def test_readyz_says_503_while_runscs_network_would_refuse_every_sandbox(
+        short_tmp: Path) -> None:
+    # Without --network=none runsc refuses every sandbox whose bundle names no network
+    # namespace (the node agent's name none): SERVING would be a lie, so it is not.
+    pod = Pod(short_tmp, runsc_flags="--ignore-cgroups")
+    try:
+        pod.wait_health("NOT_SERVING")
+        code, body = pod.readyz()
+        assert code == 503 and "runsc's network is sandbox (its default)" in body, body
     finally:
         pod.stop()

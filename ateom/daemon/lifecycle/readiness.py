@@ -7,7 +7,12 @@ so a readiness probe never passes a worker whose every RunWorkload would fail:
 - every ``--runsc-global-flag`` names a flag that runsc knows (a typo would fail
   every runsc call with "flag provided but not defined");
 - ``--actors-root`` is a directory, and ``--run-dir``'s ``actors/`` and ``logs/``
-  are directories ateom can write (made when missing).
+  are directories ateom can write (made when missing);
+- runsc can make what every sandbox needs of the host (`host_problems`): a cgroup per
+  sandbox, unless ``--ignore-cgroups``; a network, which until ateom gives each actor a
+  network namespace of its own means ``--network=none`` (or ``host``): with runsc's
+  default, a sandbox whose bundle names no namespace is refused ("cannot run with
+  network enabled in root network namespace"), and the node agent's bundles name none.
 It is looked at again every `RECHECK_INTERVAL` seconds (`ateom.daemon.rpc.server`)
 and by every GetStatus, Run and Restore, so mending a fault needs no restart.
 """
@@ -19,7 +24,8 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from ateom.errors import AteomError
-from ateom.runsc.commands import overlay_problem
+from ateom.runsc.commands import global_flag, ignores_cgroups, overlay_problem
+from ateom.runsc.host import CgroupMount, read_cgroup_mounts
 from ateom.runsc.probe import RunscInfo, unknown_global_flags
 from ateom.settings import unusable_dir
 
@@ -53,6 +59,24 @@ def flag_problems(runsc: RunscInfo, flags: Sequence[str]) -> list[str]:
     return [*problems, overlay] if overlay else problems
 
 
+def host_problems(flags: Sequence[str], cgroups: tuple[CgroupMount, ...] | None) -> list[str]:
+    """Why every runsc create would fail on this host with these global flags (pure;
+    `cgroups`: `ateom.runsc.host.read_cgroup_mounts`, None when unreadable: not judged)."""
+    problems = []
+    if not ignores_cgroups(flags) and cgroups is not None:
+        readonly = [m.path for m in cgroups if m.readonly]
+        if readonly or not cgroups:
+            where = f"read-only ({', '.join(readonly[:3])})" if readonly else "not mounted"
+            problems.append(f"cgroupfs is {where} and runsc makes a cgroup per sandbox: every"
+                            " Run fails at create; add --ignore-cgroups to the global flags")
+    network = global_flag(flags, "network")
+    if network not in ("none", "host"):
+        problems.append(f"runsc's network is {network or 'sandbox (its default)'}: runsc"
+                        " refuses a sandbox whose bundle names no network namespace, and the"
+                        " node agent's name none; add --network=none to the global flags")
+    return problems
+
+
 def check(config: ReadinessConfig, probe: Callable[[str], RunscInfo]) -> tuple[str, ...]:
     """Why no actor can run now, one line each; () when one can (probes runsc, stats
     the dirs, makes the run dir's actors/ and logs/ when missing)."""
@@ -61,6 +85,7 @@ def check(config: ReadinessConfig, probe: Callable[[str], RunscInfo]) -> tuple[s
         problems += flag_problems(probe(config.runsc), config.runsc_global_flags)
     except AteomError as exc:  # names the binary and why
         problems.append(str(exc))
+    problems += host_problems(config.runsc_global_flags, read_cgroup_mounts())
     why = unusable_dir(config.actors_root)
     if why:
         problems.append(f"--actors-root {config.actors_root}: {why}")

@@ -71,7 +71,7 @@ PHASES = (
     "inject",  # CDI resolution + bundle injection, per container
     "inject.plan",
     "bundle.write",  # a container without devices: ateom's config.json written
-    "bundles.give_back",  # the node agent's config.json back in every bundle
+    "bundles.remove",  # ateom's own bundle dirs and overlay filestore of a gone sandbox
     "cdi.generate",  # nvidia-ctk cdi generate, when the node had no spec
     "runsc.create",
     "runsc.start",
@@ -85,7 +85,11 @@ PHASES = (
     "save.settle",  # after a failed save: until the sandbox exited, or runs on
     "record.write",  # the GPU compatibility record put in place (staged during the save)
     "runsc.restore",
-    "image.discard",  # the consumed restore image set aside (removed after the answer)
+    "image.discard",  # the consumed restore image removed, before the Restore answers
+    "volumes.capture",  # the durable-dir volumes' tars written into the checkpoint dir
+    "volumes.restore",  # the durable-dir volumes emptied and filled from the snapshot
+    "runsc.pause",  # a DATA snapshot: the sandbox frozen for the capture
+    "runsc.resume",  # ... and running again
     "runsc.delete",
     "rollback",
     "teardown",

@@ -29,6 +29,10 @@ def _split(kw: dict[str, Any], node: NodeSettings, gpu: GpuSettings) -> dict[str
 
 
 def daemon_config(**kw: Any) -> DaemonConfig:
+    """A config as the flags spell it; runsc's global flags default to ``--network=none``,
+    as every worker here runs: the node agent's bundles name no network namespace, which
+    runsc's own default network refuses (`readiness.host_problems`)."""
+    kw.setdefault("runsc_global_flags", ("--network=none",))
     return DaemonConfig(**_split(kw, NodeSettings(), GpuSettings()))
 
 

@@ -101,10 +101,7 @@ class ServiceWorld:
         kw: dict[str, object] = dict(
             actors_root=str(self.actors_root), runsc=str(fake.path), run_dir=str(tmp / "run"),
             spec_dirs=(str(spec_dir),), gpu_glob=gpu_glob, toolkit_dir=str(tmp / "toolkit"),
-            env={"PATH": os.defpath},
-            # As every worker runs today: the node agent's bundles name no network
-            # namespace, which runsc's default network refuses (`readiness.host_problems`).
-            runsc_global_flags=("--network=none",))
+            env={"PATH": os.defpath})
         kw.update(config)
         self.config = daemon_config(**kw)  # type: ignore[arg-type]
         self.service = AteomService(self.config, reaper=Reaper())

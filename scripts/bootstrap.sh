@@ -26,11 +26,13 @@ VENV=${ATEOM_VENV:-.venv}
 # tests use, and this list is what they need (tests/ops/test_setup.py checks it here,
 # tests/ops/test_setup_packages.py against each release's recorded package index).
 APT_PACKAGES=(runc busybox-static gcc libc6-dev procps iproute2 nftables)
-# Optional helpers: podman and mmdebstrap serve only the worker image test, which builds
-# the Dockerfile from a base image made from Debian's archive (tests/ops/test_worker_image.py).
+# Optional helpers: podman and mmdebstrap serve only the worker image tests, which build
+# the Dockerfile from a base image made from Debian's archive (tests/ops/test_worker_image.py);
+# squid-openssl is the real CONNECT proxy (with a TLS port) the egress relay's tests
+# carry actors' connections through (tests/dataplane/test_egress.py).
 # When they cannot be installed the set-up says so and goes on; that test then says it did
 # not run. promtool (scripts/install_promtool.sh, below) is optional in the same way.
-OPTIONAL_APT_PACKAGES=(podman mmdebstrap)
+OPTIONAL_APT_PACKAGES=(podman mmdebstrap squid-openssl)
 if ! command -v "$PYTHON" >/dev/null 2>&1; then
     PYTHON=python3
     APT_PACKAGES+=(python3 python3-venv)
@@ -57,7 +59,7 @@ if ((${#missing[@]} + ${#optional[@]})); then
             exit 1
         fi
         echo "bootstrap: not root, so not installing the optional ${optional[*]};" \
-             "going on: the worker image test will not run" >&2
+             "going on: the tests that need them say they did not run" >&2
         optional=()
     fi
     apt-get update -qq
@@ -68,7 +70,7 @@ if ((${#missing[@]} + ${#optional[@]})); then
     if ((${#optional[@]})); then
         echo "bootstrap: apt-get install ${optional[*]} (optional)" >&2
         apt_install "${optional[@]}" || echo "bootstrap: could not install the optional" \
-            "${optional[*]} (above); going on: the worker image test will not run" >&2
+            "${optional[*]} (above); going on: the tests that need them say they did not run" >&2
     fi
 fi
 

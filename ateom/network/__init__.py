@@ -23,6 +23,10 @@ daemon: ``ateom.errors``, ``ateom.safefs``, the standard library and pyroute2):
 6. `redirect`: `original_destination`, where a redirected connection was going.
 7. `networks`: `ActorNetworks` — `start`, `create`, `remove`, `rearm`, `get`,
    `owner`, `stop`.
+8. `wakeup`: the containers' wakeup probes, HTTP GET at the actor's address until
+   each answers 200 (every attempt and the whole wait bounded).
+9. `runsc_support`: whether a runsc can take over an actor's namespace on this
+   kernel (`netns_problem`).
 """
 
 from ateom.network.addressing import ActorNet, SubnetPool
@@ -30,6 +34,8 @@ from ateom.network.failures import NetworkCleanupError
 from ateom.network.firewall import Runner
 from ateom.network.networks import ActorNetworks
 from ateom.network.redirect import original_destination
+from ateom.network.runsc_support import netns_problem
+from ateom.network.wakeup import WakeupProbe, check_probe, wait_ready
 
 __all__ = [
     "ActorNet",
@@ -37,5 +43,9 @@ __all__ = [
     "NetworkCleanupError",
     "Runner",
     "SubnetPool",
+    "WakeupProbe",
+    "check_probe",
+    "netns_problem",
     "original_destination",
+    "wait_ready",
 ]

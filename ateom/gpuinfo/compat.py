@@ -25,7 +25,6 @@ checkpoint's value and the worker's. Both run in microseconds
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ from dataclasses import dataclass
 from ateom.errors import AteomError, ErrorCode
 from ateom.gpuinfo.inventory import GpuFacts, WorkerGpus, driver_major
 from ateom.gpuinfo.record import CompatRecord, RunscBuild
+from ateom.runsc.probe import release_date
 
 REMAP_RUNSC = "release-20260706.0"  # first runsc release that remaps GPUs on restore
 DEVICE_MAP_DRIVER = 580  # cuda-checkpoint --device-map (restore onto other GPUs)
@@ -223,19 +223,16 @@ def place_restore(record: CompatRecord, free: Iterable[GpuFacts], *,
     return placed
 
 
-_RELEASE_DATE = re.compile(r"(?:^release-|~)(\d{8})\.\d+")
-
-
 def runsc_remaps_gpus(build: RunscBuild) -> bool | None:
     """Whether this runsc remaps GPUs on restore; None when its version names no
     release date (pure). No flag tells (the remap came without one), so the
     release date decides: release-20260706.0 and later builds, and builds
     described from such a tag (``release-20260706.0-45-g<hash>``); Debian's
     ``0.0~20221219.0`` dates the snapshot it packaged."""
-    m = _RELEASE_DATE.search(build.version)
-    if not m:
+    date = release_date(build.version)
+    if date is None:
         return None
-    return m.group(1) >= REMAP_RUNSC.removeprefix("release-").split(".")[0]
+    return date >= REMAP_RUNSC.removeprefix("release-").split(".")[0]
 
 
 def _runsc(record: RunscBuild, here: RunscBuild) -> Refusal | None:

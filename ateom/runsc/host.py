@@ -39,3 +39,4 @@ def read_cgroup_mounts(mountinfo: str = "/proc/self/mountinfo"
         options = set(fields[5].split(",")) | set(tail[2].split(",") if len(tail) > 2 else ())
         found.append(CgroupMount(fields[4], tail[0], "ro" in options))
     return tuple(found)
+

@@ -110,6 +110,17 @@ def parse_drivers(text: str) -> tuple[str, ...]:
     return tuple(sorted(found, key=lambda v: tuple(int(p) for p in v.split("."))))
 
 
+# A runsc release's date in its version: release-20260706.0(-N-g<hash>), or the
+# snapshot Debian packaged (0.0~20240729.0-4).
+_RELEASE_DATE = re.compile(r"(?:^release-|~)(\d{8})\.\d+")
+
+
+def release_date(version: str) -> str | None:
+    """The ``YYYYMMDD`` a runsc version names, None when it names none (pure)."""
+    m = _RELEASE_DATE.search(version)
+    return m.group(1) if m else None
+
+
 def parse_version(text: str) -> str:
     m = _VERSION_RE.search(text)
     return m.group(1) if m else "unknown"

@@ -153,8 +153,11 @@ class DaemonWorld:
         """Where the cuda-checkpoint stand-in's runs in `uid`'s containers land."""
         return self.actors_root / uid / "cuda-stub"
 
-    def daemon_args(self, runsc: str, *, run_dir: Path | None = None, **extra: str) -> list[str]:
-        """`ateom serve` for this world; `run_dir` (socket inside) defaults to the world's."""
+    def daemon_args(self, runsc: str, *, run_dir: Path | None = None,
+                    networks: bool = False, **extra: str) -> list[str]:
+        """`ateom serve` for this world; `run_dir` (socket inside) defaults to the world's.
+        `networks`: each actor gets a network of its own (runsc's default network, not
+        --network=none)."""
         run_dir = run_dir or self.run_dir
         args = [
             sys.executable, "-m", "ateom", "serve",
@@ -170,7 +173,8 @@ class DaemonWorld:
             "--shutdown-grace", "2",
         ]
         for flag in GLOBAL_FLAGS:
-            args.append(f"--runsc-global-flag={flag}")
+            if not (networks and flag.startswith("--network")):
+                args.append(f"--runsc-global-flag={flag}")
         for key, value in extra.items():
             flag = f"--{key.replace('_', '-')}"
             # A value that starts with a dash only reads as one with `=`.
@@ -191,7 +195,7 @@ class Daemon:
 
     def __init__(self, world: DaemonWorld, runsc: str, *, wrap: tuple[str, ...] = (),
                  run_dir: Path | None = None, release: str = "", socket: Path | None = None,
-                 expect: str = "SERVING", **extra: str) -> None:
+                 expect: str = "SERVING", networks: bool = False, **extra: str) -> None:
         self.world = world
         self.runsc = runsc
         self.release = release  # the emulated runsc release, "" for another binary
@@ -206,7 +210,7 @@ class Daemon:
         # The simulated node's nvidia-smi, found on PATH as an image's would be.
         env["PATH"] = f"{os.path.dirname(world.gpu_node.nvidia_smi)}:{env.get('PATH', '')}"
         self.proc = subprocess.Popen(
-            [*wrap, *world.daemon_args(runsc, run_dir=self.run_dir, **extra),
+            [*wrap, *world.daemon_args(runsc, run_dir=self.run_dir, networks=networks, **extra),
              *(["--socket", str(socket)] if socket is not None else [])],
             stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
         )

@@ -50,9 +50,16 @@ class App:
     system_info: Mapping[str, str] = field(default_factory=dict)
     image_volumes: Mapping[str, str] = field(default_factory=dict)
     devices: pb.DeviceRequest | None = None
+    wakeup: tuple[str, int, int] | None = None  # HTTP GET path, port, timeout_seconds
 
     def wire(self) -> pb.Container:
+        probe = None
+        if self.wakeup is not None:
+            path, port, timeout = self.wakeup
+            probe = pb.WakeupProbe(http_get=pb.HTTPGetAction(path=path, port=port),
+                                   timeout_seconds=timeout)
         return pb.Container(
+            wakeup_probe=probe,
             name=self.name, devices=self.devices or pb.DeviceRequest(
                 policy=pb.DEVICE_POLICY_NONE),
             durable_dir_volume_mounts=[pb.DurableDirVolumeMount(volume_name=v, mount_path=p)

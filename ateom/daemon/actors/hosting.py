@@ -28,6 +28,7 @@ from ateom.daemon.calls.phases import phase
 from ateom.daemon.sandbox.boot import Sandbox, boot
 from ateom.daemon.sandbox.state_dir import remove_state_dir
 from ateom.daemon.sandbox.teardown import StoppedSandbox, kill_sandbox_processes, teardown
+from ateom.network import ActorNet, ActorNetworks, NetworkCleanupError
 from ateom.process.reaper import Reaper
 from ateom.runsc.commands import (
     Runsc,
@@ -68,19 +69,44 @@ class Hosting:
     and where a booted actor becomes RUNNING."""
 
     def __init__(self, config: HostingConfig, reaper: Reaper, store: BundleStore,
-                 injector: Injector, table: ActorTable) -> None:
+                 injector: Injector, table: ActorTable,
+                 networks: ActorNetworks | None = None) -> None:
         self.config = config
         self.reaper = reaper
         self.store = store
         self.injector = injector
         self.table = table
+        self.networks = networks  # None: runsc runs with --network=none (or host)
+
+    def network_for(self, uid: str, *, egress: bool) -> ActorNet | None:
+        """The actor's own network, made now (a namespace, a veth pair, its /30);
+        None when actors run without one."""
+        if self.networks is None:
+            return None
+        with phase("network.create"):
+            return self.networks.create(uid, egress=egress)
+
+    def remove_network(self, uid: str) -> None:
+        """The actor's network taken down (idempotent). What could not be removed is
+        logged (network_left_behind) and swept by the next daemon's start."""
+        if self.networks is None:
+            return
+        with phase("network.remove"):
+            try:
+                self.networks.remove(uid)
+            except NetworkCleanupError as exc:
+                log.error("network_left_behind", leftovers=list(exc.leftovers),
+                          error=str(exc))
 
     def filestore_dir(self, uid: str) -> str:
         return os.path.join(self.config.filestore_root, uid)
 
-    def runsc_for(self, uid: str, info: RunscInfo, *, gpu: bool = False) -> Runsc:
+    def runsc_for(self, uid: str, info: RunscInfo, *, gpu: bool = False,
+                  network: bool = True) -> Runsc:
         """The actor's runsc: its state root, its log and overlay filestore dirs (made
-        here), the flags (`gpu`: a GPU sandbox, the nvproxy flags on every call)."""
+        here), the flags (`gpu`: a GPU sandbox, the nvproxy flags on every call;
+        `network` False where this worker makes actors networks but this actor has
+        none: ``--network=none`` for it)."""
         config = self.config
         log_dir = os.path.join(config.log_root, uid)
         os.makedirs(log_dir, mode=0o750, exist_ok=True)
@@ -88,8 +114,9 @@ class Hosting:
                                 self.filestore_dir(uid))
         if overlay:
             os.makedirs(self.filestore_dir(uid), mode=0o700, exist_ok=True)
+        no_net = ("--network=none",) if self.networks is not None and not network else ()
         target = RunscTarget(info=info, root=os.path.join(config.state_root, uid),
-                             global_flags=(*config.runsc_global_flags, *overlay),
+                             global_flags=(*config.runsc_global_flags, *overlay, *no_net),
                              nvproxy=config.gpu.nvproxy,
                              gpu=gpu)
         return Runsc(target, self.reaper, log_dir, config.runsc_timeout,
@@ -166,6 +193,7 @@ class Hosting:
             with phase("bundles.remove"):
                 self.store.remove(actor.ref.actor_uid)
                 self._remove_filestore(actor.ref.actor_uid)
+            self.remove_network(actor.ref.actor_uid)
             sandbox.applied.clear()
             if actor.sandbox_pid:
                 self.reaper.unwatch(actor.sandbox_pid)
@@ -191,6 +219,7 @@ class Hosting:
                 remove_state_dir(root)  # logs what it could not remove
         self.store.remove(uid)
         self._remove_filestore(uid)
+        self.remove_network(uid)
 
     def _remove_filestore(self, uid: str) -> None:
         """The actor's overlay filestore dir (ateom's run dir), once its sandbox is gone:

@@ -80,6 +80,7 @@ def prepare_config(
     memory_bytes: int = 0,
     extra_mounts: Sequence[dict[str, Any]] = (),
     args_prefix: Sequence[str] = (),
+    netns_path: str = "",
 ) -> PreparedConfig:
     """The config runsc will see for `container` (pure; `config` is not changed).
 
@@ -108,6 +109,14 @@ def prepare_config(
         process = dict(out["process"])
         process["args"] = [*args_prefix, *(process.get("args") or [])]
         out["process"] = process
+    if netns_path:
+        # The actor's own network namespace (`ateom.network`), for runsc to take over:
+        # whatever network namespace the bundle named is replaced, it is ateom's to give.
+        linux = dict(_object_at(out, "linux", path))
+        spaces = [ns for ns in linux.get("namespaces") or []
+                  if not (isinstance(ns, dict) and ns.get("type") == "network")]
+        linux["namespaces"] = [*spaces, {"type": "network", "path": netns_path}]
+        out["linux"] = linux
     if is_sandbox and (cpu_milli or memory_bytes):
         # Limits belong to the sandbox (its root container's cgroup); runsc
         # applies them when it manages cgroups (not with --ignore-cgroups).

@@ -167,6 +167,7 @@ class _Context:
     actor_dirs: tuple[str, ...]  # where writable bind mounts may come from
     devices: DeviceView
     tools: GpuTools
+    netns_path: str = ""  # the actor's network namespace ("" with --network=none)
 
 
 def read_bundle_file(bundle: str, name: str, beneath: str) -> tuple[bytes, int]:
@@ -219,7 +220,7 @@ class SandboxPlanner:
 
     def plan(self, uid: str, dirs: ActorDirs, containers: Sequence[ContainerRequest],
              info: RunscInfo, devices: DeviceView, *, tools: GpuTools = _NO_TOOLS,
-             cpu_milli: int = 0, memory_bytes: int = 0) -> SandboxPlan:
+             cpu_milli: int = 0, memory_bytes: int = 0, netns_path: str = "") -> SandboxPlan:
         """Plan every bundle of the actor, sandbox root first (see the module doc)."""
         roots = VolumeRoots(
             durable_dir_volume_mounts_dir=dirs.durable_dir_volume_mounts_dir,
@@ -229,7 +230,7 @@ class SandboxPlanner:
                        own_root=os.path.join(self.bundles_root, uid), roots=roots,
                        root_id=sandbox_root_id(uid, self.pause),
                        info=info, actor_dirs=tuple(path for _, path in dirs.items() if path),
-                       devices=devices, tools=tools)
+                       devices=devices, tools=tools, netns_path=netns_path)
         plans = [self._container(ctx, self.pause, None, cpu_milli, memory_bytes)]
         plans += [self._container(ctx, c.name, c, 0, 0, index=i)
                   for i, c in enumerate(containers)]
@@ -266,7 +267,8 @@ class SandboxPlanner:
                          "args_prefix": ctx.tools.args_prefix}
         prepared = edits.prepare_config(
             parsed, config_path, container=name, sandbox_id=ctx.root_id,
-            is_sandbox=request is None, cpu_milli=cpu_milli, memory_bytes=memory_bytes, **extra,
+            is_sandbox=request is None, cpu_milli=cpu_milli, memory_bytes=memory_bytes,
+            netns_path=ctx.netns_path, **extra,
         )
         if prepared.removed_annotations:
             log.warning("foreign_annotations_removed", container=name,

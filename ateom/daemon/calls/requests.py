@@ -67,12 +67,22 @@ class VolumeMountRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class WakeupProbeRequest:
+    """HTTP GET `path` on `port` at the actor's address until it answers 200, for at
+    most `timeout_seconds` (0: the default, 30 s)."""
+
+    path: str
+    port: int
+    timeout_seconds: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class ContainerRequest:
     """One app container of the workload (never the pause container)."""
 
     name: str
     devices: DeviceChoice = field(default_factory=DeviceChoice)
-    wakeup_probe: bool = False  # set on the wire; ateom does not run probes
+    wakeup_probe: WakeupProbeRequest | None = None
     durable_dir_volume_mounts: tuple[VolumeMountRequest, ...] = ()
     csi_volume_mounts: tuple[VolumeMountRequest, ...] = ()
     system_info_volume_mounts: tuple[VolumeMountRequest, ...] = ()

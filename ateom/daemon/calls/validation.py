@@ -29,6 +29,7 @@ from ateom.daemon.calls.requests import (
     TerminateRequest,
 )
 from ateom.errors import QUOTE_LIMIT, AteomError, ErrorCode, QualifiedNameError, quote
+from ateom.network.wakeup import check_probe
 
 # actor_uid becomes a directory name (runsc -root, logs): letters, digits and
 # ._- only, so it can never be "..", contain "/" or start with "-".
@@ -112,8 +113,9 @@ def check_containers(containers: Sequence[ContainerRequest], *, pause: str = "_p
             )
         # Volume mounts are checked where they are planned (`ateom.volumes.plan_mounts`,
         # from the planner): names, paths, roots, each host dir on disk.
-        if c.wakeup_probe:
-            raise unimplemented(f"{where}.wakeup_probe", "ateom does not run wakeup probes")
+        if c.wakeup_probe is not None:
+            probe = c.wakeup_probe
+            check_probe(f"{where}.wakeup_probe", probe.path, probe.port, probe.timeout_seconds)
 
 
 def _under(path: str, root: str) -> bool:
@@ -196,9 +198,20 @@ def check_runsc_path(requested: str, configured: str, runsc_dir: str, *,
     )
 
 
+# A gateway's DNS name or IP and its port, as `host:port` (`[v6]:port` for IPv6).
+_GATEWAY = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9]([A-Za-z0-9.-]{0,252}))"
+                      r":([1-9][0-9]{0,4})$")
+
+
 def _check_egress(egress_gateway: str | None) -> None:
-    if egress_gateway is not None:
-        raise unimplemented("egress_gateway", "ateom runs sandboxes without an egress gateway")
+    """`egress_gateway.address` is `host:port` (pure); whether this worker can carry
+    egress at all is the service's to say (it depends on its network and flags)."""
+    if egress_gateway is None:
+        return
+    found = _GATEWAY.match(egress_gateway)
+    if found is None or int(found.group(3)) > 65535:
+        raise invalid(f"egress_gateway.address {quote(egress_gateway)}: must be HOST:PORT"
+                      " (a DNS name or an IP address, and a port in 1..65535)")
 
 
 # Runtime assets the node agent fetches for its micro-VM runtime, never for gVisor.

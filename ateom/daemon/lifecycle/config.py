@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ateom.errors import AteomError, ErrorCode
+from ateom.runsc.commands import global_flag
 from ateom.settings import (
     ACTORS_ROOT_ENV,
     CUDA_CHECKPOINT_ENV,
@@ -125,6 +126,22 @@ class DaemonConfig:
     def log_root(self) -> str:
         """Parent of each actor's per-container stdio and runsc logs."""
         return os.path.join(self.run_dir, "logs")
+
+    @property
+    def actor_networks(self) -> bool:
+        """Whether each actor gets a network of its own (`ateom.network`): unless the
+        operator runs runsc with ``--network=none`` or ``host`` (their choice, kept)."""
+        return global_flag(self.runsc_global_flags, "network") not in ("none", "host")
+
+    @property
+    def egress_port(self) -> int | None:
+        """The egress relay's port (`--atunnel-egress-listen-address`), where actors'
+        redirected TCP lands; None when no egress is served."""
+        address = self.atunnel.egress_listen_address
+        if not address:
+            return None
+        port = address.rpartition(":")[2]
+        return int(port) if port.isdigit() and 0 < int(port) < 65536 else None
 
     @property
     def filestore_root(self) -> str:

@@ -9,10 +9,8 @@ so a readiness probe never passes a worker whose every RunWorkload would fail:
 - ``--actors-root`` is a directory, and ``--run-dir``'s ``actors/`` and ``logs/``
   are directories ateom can write (made when missing);
 - runsc can make what every sandbox needs of the host (`host_problems`): a cgroup per
-  sandbox, unless ``--ignore-cgroups``; a network, which until ateom gives each actor a
-  network namespace of its own means ``--network=none`` (or ``host``): with runsc's
-  default, a sandbox whose bundle names no namespace is refused ("cannot run with
-  network enabled in root network namespace"), and the node agent's bundles name none.
+  sandbox, unless ``--ignore-cgroups``. (A network namespace per actor is ateom's to
+  make, `ateom.network`; the service says when it cannot.)
 It is looked at again every `RECHECK_INTERVAL` seconds (`ateom.daemon.rpc.server`)
 and by every GetStatus, Run and Restore, so mending a fault needs no restart.
 """
@@ -24,7 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from ateom.errors import AteomError
-from ateom.runsc.commands import global_flag, ignores_cgroups, overlay_problem
+from ateom.runsc.commands import ignores_cgroups, overlay_problem
 from ateom.runsc.host import CgroupMount, read_cgroup_mounts
 from ateom.runsc.probe import RunscInfo, unknown_global_flags
 from ateom.settings import unusable_dir
@@ -69,11 +67,6 @@ def host_problems(flags: Sequence[str], cgroups: tuple[CgroupMount, ...] | None)
             where = f"read-only ({', '.join(readonly[:3])})" if readonly else "not mounted"
             problems.append(f"cgroupfs is {where} and runsc makes a cgroup per sandbox: every"
                             " Run fails at create; add --ignore-cgroups to the global flags")
-    network = global_flag(flags, "network")
-    if network not in ("none", "host"):
-        problems.append(f"runsc's network is {network or 'sandbox (its default)'}: runsc"
-                        " refuses a sandbox whose bundle names no network namespace, and the"
-                        " node agent's name none; add --network=none to the global flags")
     return problems
 
 

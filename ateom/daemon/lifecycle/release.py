@@ -99,6 +99,9 @@ class Releases:
         call for the actor itself waits until it is gone.
         """
         stopped.kill()
+        # Its network goes before the answer: the node agent may place the actor
+        # elsewhere at once, and nothing of it may route or listen here meanwhile.
+        self.hosting.remove_network(actor.ref.actor_uid)
         self._yield(actor)
         bindings = {"actor_uid": actor.ref.actor_uid, "op": "release"}
 

@@ -34,7 +34,7 @@ from ateom.daemon.actors.table import Actor, ActorTable, Op, Phase
 from ateom.daemon.bundles.catalog import DeviceCatalog
 from ateom.daemon.bundles.plan import CdiInjector, Injector, SandboxPlan, SandboxPlanner
 from ateom.daemon.bundles.store import BundleStore, bundles_root
-from ateom.daemon.calls import sandbox_exits, validation
+from ateom.daemon.calls import deadline, sandbox_exits, validation
 from ateom.daemon.calls.phases import phase
 from ateom.daemon.calls.progress import progress
 from ateom.daemon.calls.requests import (
@@ -60,8 +60,18 @@ from ateom.errors import AteomError, ErrorCode, quote
 from ateom.gpuinfo.nvidia_ctk import SpecGenerator
 from ateom.gpuinfo.nvproxy import DeviceView
 from ateom.gpuinfo.placement import PlacementSnapshot
+from ateom.network import (
+    ActorNet,
+    ActorNetworks,
+    NetworkCleanupError,
+    WakeupProbe,
+    netns_problem,
+    wait_ready,
+)
+from ateom.network.wakeup import DEFAULT_TIMEOUT
 from ateom.process.proc_io import bytes_read
 from ateom.process.reaper import Reaper, default_reaper
+from ateom.process.runner import reaper_runner
 from ateom.runsc.commands import RunscError
 from ateom.runsc.probe import PROBE_TIMEOUT, RunscInfo, probe_runsc
 from ateom.settings import parse_placement
@@ -101,7 +111,12 @@ class AteomService:
                                       catalog=self.catalog, injector=self.injector,
                                       bundles_root=bundles_root(config.run_dir))
         self.bundles = BundleStore(config.actors_root, config.run_dir)
-        self.hosting = Hosting(config, self.reaper, self.bundles, self.injector, self.actors)
+        self.networks = ActorNetworks(
+            config.run_dir, egress_port=config.egress_port,
+            runner=reaper_runner(self.reaper)) if config.actor_networks else None
+        self.hosting = Hosting(config, self.reaper, self.bundles, self.injector, self.actors,
+                               self.networks)
+        self.network_problem = ""  # why actors' networks cannot be made ("" when they can)
         pool = GpuPool(parse_placement(config.gpu.placement), lambda: GpuActors.gatherer(
             self.reaper, config.node, config.gpu.proc_root, self.environ))
         self.gpus = GpuActors(pool, config.node, config.gpu, actors_root=config.actors_root,
@@ -145,7 +160,8 @@ class AteomService:
     def not_ready(self) -> tuple[str, ...]:
         """Why no actor can run now, one line each (`readiness`; probes runsc, stats
         the dirs); () when one can. Health is SERVING only then."""
-        return readiness.check(self.config, self.probe)
+        problems = readiness.check(self.config, self.probe)
+        return (*problems, self.network_problem) if self.network_problem else problems
 
     def _validate_start(self, req: RunRequest | RestoreRequest) -> RunscInfo:
         """Request checks before any side effect; the runsc to run, probed."""
@@ -162,6 +178,7 @@ class AteomService:
                              + "; ".join(dict.fromkeys(problems)),
                              code=ErrorCode.FAILED_PRECONDITION)
         validation.check_dirs_on_disk(req.dirs, root)
+        self._check_network_asks(req, info)
         if isinstance(req, RestoreRequest) and req.containers and not info.restores_subcontainers:
             raise AteomError(
                 f"runsc {info.path} ({info.version}) restores only a sandbox's root container,"
@@ -169,6 +186,44 @@ class AteomService:
                 " restoring it needs a runsc with multi-container restore (release-20240501.0"
                 " or newer)", code=ErrorCode.FAILED_PRECONDITION)
         return info
+
+    def _no_network(self, info: RunscInfo) -> str:
+        """Why actors of this runsc get no network of their own, "" when they do: the
+        operator's --network=none, or a runsc that cannot take a namespace over here."""
+        if self.networks is None:
+            return ("this worker runs actors with runsc --network=none (the operator's"
+                    " choice, in --runsc-global-flag / $ATEOM_RUNSC_GLOBAL_FLAGS)")
+        return netns_problem(info)
+
+    def _check_network_asks(self, req: RunRequest | RestoreRequest, info: RunscInfo) -> None:
+        """A wakeup probe or an egress gateway needs the actor's network, and egress the
+        relay: FAILED_PRECONDITION naming why this worker cannot, before anything runs."""
+        probed = [c.name for c in req.containers if c.wakeup_probe is not None]
+        why_not = self._no_network(info)
+        if why_not and (probed or req.egress_gateway is not None):
+            what = (f"the wakeup probe of container {probed[0]}" if probed
+                    else "egress_gateway")
+            raise AteomError(f"actor {req.actor.actor_uid}: {what} needs the actor's own"
+                             f" network, and {why_not}", code=ErrorCode.FAILED_PRECONDITION)
+        if req.egress_gateway is not None and self.config.egress_port is None:
+            raise AteomError(
+                f"actor {req.actor.actor_uid}: egress_gateway {quote(req.egress_gateway)}"
+                " needs the egress relay, and this worker has no"
+                " --atunnel-egress-listen-address", code=ErrorCode.FAILED_PRECONDITION)
+
+    def _wakeup(self, req: RunRequest | RestoreRequest, net: ActorNet | None) -> None:
+        """Every container's wakeup probe answered 200 at the actor's address (bounded by
+        each probe's timeout and the caller's deadline); DEADLINE_EXCEEDED naming the
+        container, the URL, the attempts and the last error otherwise."""
+        probes = [WakeupProbe(c.name, p.path, p.port, p.timeout_seconds or DEFAULT_TIMEOUT)
+                  for c in req.containers if (p := c.wakeup_probe) is not None]
+        if not probes:
+            return
+        assert net is not None  # `_check_network_asks` refused a probe without one
+        with phase("wakeup"):
+            attempts = wait_ready(net.actor_ip, probes, uid=req.actor.actor_uid,
+                                  limit=deadline.wait_limit)
+        log.info("actor_awake", attempts=attempts, probes=[p.container for p in probes])
 
     def _admit_and_host(self, req: RunRequest | RestoreRequest, op: Op, info: RunscInfo,
                         *, image: str | None = None, data: str | None = None,
@@ -186,16 +241,19 @@ class AteomService:
             # dirs) goes before the new sandbox takes the same names.
             if os.path.lexists(self.bundles.actor_dir(uid)):
                 self.hosting.clean_leftovers(uid, self._leftover_runsc(uid))
+            net = None if self._no_network(info) else self.hosting.network_for(
+                uid, egress=req.egress_gateway is not None)
             with phase("plan"):
                 view = self._book_gpus(actor, req, info, image)
                 self.gpus.check_driver(info, view, op.value)
                 plan = self.planner.plan(uid, req.dirs, req.containers, info, view,
                                          tools=self.gpus.tools(view), cpu_milli=req.cpu_milli,
-                                         memory_bytes=req.memory_bytes)
+                                         memory_bytes=req.memory_bytes,
+                                         netns_path=net.netns_path if net else "")
                 self.gpus.check_control_nodes(uid, plan.gpu, op.value)
             if data is not None and plan.durable:
                 _durable_back(plan, data, uid)
-            runsc = self.hosting.runsc_for(uid, info, gpu=plan.gpu)
+            runsc = self.hosting.runsc_for(uid, info, gpu=plan.gpu, network=net is not None)
             if image is None:
                 self.hosting.host(actor, plan, runsc, None)
             else:
@@ -205,10 +263,17 @@ class AteomService:
                               measure=lambda: bytes_read(sandbox_processes(root)),
                               containers=list(plan.container_names), image=image):
                     self.hosting.host(actor, plan, runsc, image)
-            if discard is not None:
+            try:
+                self._wakeup(req, net)
+            except BaseException:
+                with phase("rollback"):  # it never became ready: not left running
+                    self.hosting.take_down(actor, grace=0)
+                raise
+            if discard is not None:  # consumed only by a restore that stands
                 save.discard(discard, beneath=self.config.actors_root, uid=uid)
             return plan
         except BaseException:
+            self.hosting.remove_network(uid)
             self.gpus.give_back(uid)
             self.actors.remove(actor)
             raise
@@ -370,6 +435,20 @@ class AteomService:
                     self.hosting.clean_leftovers(uid, self._leftover_runsc(uid))
             if leftovers:
                 log.warning("reconciled", actors=leftovers)
+            if self.networks is not None:
+                self._start_networks()
+
+    def _start_networks(self) -> None:
+        """Every namespace, link and rule a dead daemon left swept, the table installed
+        afresh. What cannot be swept is said, not fatal; a worker that cannot make
+        networks at all (no nft, no CAP_NET_ADMIN) is NOT_SERVING, saying why."""
+        try:
+            self.networks.start()  # type: ignore[union-attr]
+        except NetworkCleanupError as exc:
+            log.error("network_left_behind", leftovers=list(exc.leftovers))
+        except AteomError as exc:
+            self.network_problem = f"actors' networks cannot be made here: {exc}"
+            log.error("networks_unavailable", error=str(exc))
 
     def placement_snapshot(self) -> PlacementSnapshot | None:
         """Who holds which of the Pod's GPUs (metrics, Inspect); None before any."""

@@ -31,6 +31,7 @@ from ateom.daemon.calls.requests import (
     StatsSample,
     TerminateRequest,
     VolumeMountRequest,
+    WakeupProbeRequest,
 )
 from ateom.errors import bounded
 
@@ -127,12 +128,24 @@ def container(msg: pb.Container) -> ContainerRequest:
     return ContainerRequest(
         name=msg.name,
         devices=DeviceChoice(policy, tuple(msg.devices.names)),
-        wakeup_probe=msg.HasField("wakeup_probe"),
+        wakeup_probe=_wakeup_probe(msg),
         durable_dir_volume_mounts=_mounts(msg.durable_dir_volume_mounts),
         csi_volume_mounts=_mounts(msg.csi_volume_mounts),
         system_info_volume_mounts=_mounts(msg.system_info_volume_mounts),
         image_volume_mounts=_mounts(msg.image_volume_mounts),
     )
+
+
+def _wakeup_probe(msg: pb.Container) -> WakeupProbeRequest | None:
+    if not msg.HasField("wakeup_probe"):
+        return None
+    probe = msg.wakeup_probe
+    if not probe.HasField("http_get"):
+        # Only HTTP is defined; a probe that names no action could never pass.
+        raise validation.invalid(f"container {validation.quote(msg.name)}: wakeup_probe:"
+                                 " http_get required (the only probe the wire defines)")
+    return WakeupProbeRequest(probe.http_get.path, probe.http_get.port,
+                              probe.timeout_seconds)
 
 
 def _containers(spec: pb.WorkloadSpec) -> tuple[ContainerRequest, ...]:

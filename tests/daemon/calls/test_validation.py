@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 from hypothesis import given, settings
@@ -22,6 +23,7 @@ from ateom.daemon.calls.requests import (
     SnapshotScope,
     TerminateRequest,
     VolumeMountRequest,
+    WakeupProbeRequest,
 )
 from ateom.errors import AteomError, ErrorCode
 from tests.support.pure import DIRS, ROOT, code
@@ -96,9 +98,33 @@ def test_volume_mounts_are_translated_in_wire_order_for_the_planner() -> None:
         ("image_volume_mounts", "i2")]
 
 
-def test_wakeup_probe_is_unimplemented() -> None:
-    assert code(validation.check_containers,
-                (ContainerRequest("app", wakeup_probe=True),)) is ErrorCode.UNIMPLEMENTED
+@pytest.mark.parametrize(("probe", "said"), [
+    (WakeupProbeRequest("/ready", 0), "spec.containers[0].wakeup_probe.http_get.port 0"),
+    (WakeupProbeRequest("/ready", 65536), "http_get.port 65536"),
+    (WakeupProbeRequest("ready", 80), "http_get.path 'ready'"),
+    (WakeupProbeRequest("/a b", 80), "http_get.path '/a b'"),
+    (WakeupProbeRequest("/ready", 80, -1), "timeout_seconds -1"),
+])
+def test_a_bad_wakeup_probe_is_refused_naming_the_field(probe: WakeupProbeRequest,
+                                                        said: str) -> None:
+    with pytest.raises(AteomError, match=re.escape(said)) as err:
+        validation.check_containers((ContainerRequest("app", wakeup_probe=probe),))
+    assert err.value.code is ErrorCode.INVALID_ARGUMENT
+    validation.check_containers((ContainerRequest("app", wakeup_probe=WakeupProbeRequest(
+        "/healthz?full=1", 8080, 0)),))
+
+
+@pytest.mark.parametrize("address", ["gw.example:443", "10.0.0.1:8443", "[fd00::1]:443"])
+def test_an_egress_gateway_is_host_and_port(address: str) -> None:
+    validation.check_run(RunRequest(ActorRef("a"), DIRS, egress_gateway=address), ROOT)
+
+
+@pytest.mark.parametrize("address", ["", "gw.example", "gw:0", "gw:70000", ":443",
+                                     "gw example:443", "-gw:443"])
+def test_a_bad_egress_gateway_is_refused_naming_it(address: str) -> None:
+    with pytest.raises(AteomError, match="egress_gateway.address") as err:
+        validation.check_run(RunRequest(ActorRef("a"), DIRS, egress_gateway=address), ROOT)
+    assert err.value.code is ErrorCode.INVALID_ARGUMENT
 
 
 @pytest.mark.parametrize("field", [f for f, _ in ActorDirs().items()])
@@ -171,18 +197,6 @@ def test_runsc_path_may_name_the_configured_runsc_as_found_on_path() -> None:
                     resolved="/usr/bin/runsc") is ErrorCode.PERMISSION_DENIED
     assert code(validation.check_runsc_path, "/usr/bin/runsc", "runsc", "",
                 resolved="") is ErrorCode.PERMISSION_DENIED  # not found: nothing matches
-
-
-@pytest.mark.parametrize("request_, field", [
-    (RunRequest(ActorRef("a"), DIRS, egress_gateway=""), "egress_gateway"),
-    (RestoreRequest(ActorRef("a"), DIRS, egress_gateway="gw:1"), "egress_gateway"),
-])
-def test_set_but_unsupported_fields_are_unimplemented(request_: object, field: str) -> None:
-    check = {RunRequest: validation.check_run, RestoreRequest: validation.check_restore,
-             CheckpointRequest: validation.check_checkpoint}[type(request_)]
-    with pytest.raises(AteomError, match=field) as err:
-        check(request_, ROOT)  # type: ignore[operator]
-    assert err.value.code is ErrorCode.UNIMPLEMENTED
 
 
 @pytest.mark.parametrize("uri", ["gs://bucket/root/atespaces/team-a/actors/u/snapshots/5678",

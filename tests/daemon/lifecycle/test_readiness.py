@@ -14,7 +14,7 @@ RW = (CgroupMount("/sys/fs/cgroup", "cgroup2", False),)
 
 
 def test_a_read_only_cgroupfs_without_ignore_cgroups_is_not_ready() -> None:
-    [problem] = host_problems(["--network=none"], RO)
+    [problem] = host_problems([], RO)
     assert "cgroupfs is read-only (/sys/fs/cgroup/memory)" in problem
     assert "--ignore-cgroups" in problem
     [problem] = host_problems(["--network=none"], ())
@@ -25,11 +25,9 @@ def test_a_read_only_cgroupfs_without_ignore_cgroups_is_not_ready() -> None:
     assert host_problems(["--network=none"], None) == []  # unreadable: not judged
 
 
-def test_runscs_default_network_is_not_ready_until_actors_have_namespaces() -> None:
-    [problem] = host_problems(["--ignore-cgroups"], RW)
-    assert problem.startswith("runsc's network is sandbox (its default)")
-    [problem] = host_problems(["--network=sandbox"], RW)
-    assert problem.startswith("runsc's network is sandbox:")
+def test_runscs_default_network_is_no_problem_ateom_makes_each_actor_one() -> None:
+    assert host_problems(["--ignore-cgroups"], RW) == []
+    assert host_problems(["--network=sandbox"], RW) == []
     assert host_problems(["--network", "host"], RW) == []
 
 

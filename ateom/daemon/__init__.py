@@ -40,7 +40,9 @@ import-graph test holds every package of ateom to a layering without cycles):
    environment twin; the node's and GPU settings as `ateom.settings` values),
    `readiness` (whether an actor can run now: what SERVING means),
    `checkpoint` (a checkpoint's steps in order: check, save, commit or undo,
-   release),
+   release), `dataplane` (the data plane's child process, ingress and egress,
+   and the routes fed to it), `reach` (how an actor is reached: its network,
+   route and wakeup probes at each step of the calls),
    `service` (`AteomService`: each lifecycle call a short sequence over the
    packages above) and `release` (an actor given back; after a checkpoint on
    a thread of its own, where the GPU hand-over happens).

@@ -151,7 +151,8 @@ class EgressRelay:
                 raise Refused("not_running", f"actor is {route.state}")
             if route.egress_gateway is None:
                 raise Refused("no_gateway", "actor has no egress gateway")
-            gateway = await self._dial(route.egress_gateway, dst)
+            g_reader, g_writer, first = await self._dial(route.egress_gateway, dst)
+            release = self.table.hold(route.uid, g_writer.transport.abort)
         except Refused as refused:
             self.counters.egress[refused.outcome] += 1
             log.warning("egress reset", outcome=refused.outcome, reason=str(refused), **facts)
@@ -159,11 +160,11 @@ class EgressRelay:
             return
         self.counters.egress["relayed"] += 1
         log.debug("egress relayed", **facts)
-        g_reader, g_writer, first = gateway
         try:
             await wire.splice((reader, writer), (g_reader, g_writer), server_first=first,
                               linger=self.limits.linger)
         finally:
+            release()
             g_writer.transport.abort()
 
     async def _dial(self, gateway: str, dst: tuple[str, int]

@@ -15,6 +15,7 @@ response head in time), 408 (request head too slow), 431 (head too large).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import h11
 import structlog
@@ -46,8 +47,7 @@ class Ingress:
             if session.unread:
                 await session.linger()
         finally:
-            if session.upstream is not None:
-                session.upstream.close()
+            session.drop_upstream()
 
 
 class _Session:
@@ -60,6 +60,7 @@ class _Session:
         self.client = client
         self.admitted = admitted
         self.upstream: Upstream | None = None
+        self._release: Callable[[], None] | None = None  # the table's hold on the upstream
         self.unread = False  # an answer left request bytes unread: linger before closing
 
     async def run(self) -> None:
@@ -133,38 +134,43 @@ class _Session:
             status = await forward(self.client, request, up, self.admitted.peer_ip,
                                    self.limits.response_timeout, self.limits.idle_timeout)
         except UpstreamGone as err:
-            self._drop_upstream()
+            self.drop_upstream()
             now = self.table.by_name(route.name, route.atespace)
             state = now.state if now is not None else "gone"
             return await self._answer(
                 503, "checkpointed", f"actor {route.label} was checkpointed or stopped before "
                 f"it answered (state {state}; {err}); retry", retry=True, route=route)
         except ResponseTimeout as err:
-            self._drop_upstream()
+            self.drop_upstream()
             return await self._answer(504, "upstream_timeout", f"actor {route.label}: {err}",
                                       route=route)
         if status is None:  # the actor died mid-response: all we can do is close
-            self._drop_upstream()
+            self.drop_upstream()
             log.info("response cut short", actor=route.label, peer=self.admitted.peer_ip)
             return False
         self.counters.status(status)
         if not up.finish():
-            self._drop_upstream()
+            self.drop_upstream()
         return True
 
     async def _upstream_for(self, route: Route) -> Upstream:
         up = self.upstream
         if up is not None and up.key == (route.uid, route.ip, route.port) and up.reusable():
             return up
-        self._drop_upstream()
-        self.upstream = await Upstream.open(route, self.limits.connect_timeout)
+        self.drop_upstream()
+        up = await Upstream.open(route, self.limits.connect_timeout)
+        self.upstream = up
+        self._release = self.table.hold(route.uid, up.close)
         self.counters.upstream_opened += 1
-        return self.upstream
+        return up
 
-    def _drop_upstream(self) -> None:
+    def drop_upstream(self) -> None:
         if self.upstream is not None:
             self.upstream.close()
             self.upstream = None
+        if self._release is not None:
+            self._release()
+            self._release = None
 
     async def _answer(self, status: int, reason: str, text: str, *, retry: bool = False,
                       close: bool = False, route: Route | None = None) -> bool:

@@ -42,11 +42,15 @@ from ateom.dataplane.egress import (
 )
 from ateom.dataplane.gate import Gate, Limits
 from ateom.dataplane.ingress import Ingress
-from ateom.dataplane.routes import RouteTable
-from ateom.dataplane.tls import ReloadingContext, client_context, server_context
+from ateom.dataplane.routes import RouteTable, parse_address
+from ateom.dataplane.tls import (
+    DEFAULT_CLIENT_IDENTITY,
+    ReloadingContext,
+    client_context,
+    server_context,
+)
 from ateom.dataplane.tunnel import Tunnels
 from ateom.network.redirect import original_destination as default_destination
-from ateom.worker.atunnel import DEFAULT_CLIENT_IDENTITY
 
 log = structlog.get_logger("ateom.dataplane")
 _LIMITS = Limits()
@@ -99,17 +103,6 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     if missing and (options.ingress or options.connect or options.egress):
         p.error(f"{', '.join(missing)} required with the listeners given")
     return options
-
-
-def parse_address(text: str) -> tuple[str | None, int]:
-    """``:443``, ``0.0.0.0:15001``, ``[::]:443`` -> (host, port); host None means
-    every address, IPv4 and IPv6, as Go (Substrate's controller) reads ``:443``
-    and ``[::]:443`` (asyncio would make ``::`` IPv6-only)."""
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or int(port) > 65535:
-        raise ValueError(f"{text!r} is not [host]:port")
-    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    return (None if host in ("", "::") else host), int(port)
 
 
 class _ToStructlog(logging.Handler):

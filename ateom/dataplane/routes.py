@@ -6,12 +6,19 @@ ingress and CONNECT listeners look an actor up by the Host a request names
 connection comes from. Nothing here does I/O: the table is plain dicts, updated
 by the control stream (`ateom.dataplane.control`) and read by the listeners, all
 on one event loop, so no locking.
+
+The table also holds, per actor, how to cut the connections the listeners have
+open to it (`RouteTable.hold`): when an actor stops running (checkpointed,
+terminated, forgotten) or moves, they are cut at once, so a request in flight
+is answered 503 the moment the daemon says so instead of waiting on an address
+that no longer answers (its veth is gone: no RST ever comes).
 """
 
 from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -107,6 +114,17 @@ def split_host_port(address: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def parse_address(text: str) -> tuple[str | None, int]:
+    """``:443``, ``0.0.0.0:15001``, ``[::]:443`` -> (host, port); host None means
+    every address, IPv4 and IPv6, as Go (Substrate's controller) reads ``:443``
+    and ``[::]:443`` (asyncio would make ``::`` IPv6-only)."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"{text!r} is not [host]:port")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    return (None if host in ("", "::") else host), int(port)
+
+
 def parse_host(host: str) -> tuple[str, str]:
     """A Host header's (actor name, atespace): ``<name>.<atespace>[.<rest>][:port]``,
     case-insensitive. `RouteError` (a bad request) for fewer than two labels, an
@@ -136,14 +154,53 @@ class RouteTable:
     by_uid: dict[str, Route] = field(default_factory=dict)
     _by_name: dict[tuple[str, str], str] = field(default_factory=dict)
     _by_ip: dict[str, str] = field(default_factory=dict)
+    _cuts: dict[str, dict[int, Callable[[], None]]] = field(default_factory=dict)
+    _next_hold: int = 0
 
     def upsert(self, route: Route) -> None:
-        self.forget(route.uid)
+        old = self.by_uid.get(route.uid)
+        if old is not None and ((old.ip, old.port) != (route.ip, route.port)
+                                or (old.running and not route.running)):
+            self._cut(route.uid)
+        self._unindex(route.uid)
         self.by_uid[route.uid] = route
         self._by_name[(route.atespace, route.name)] = route.uid
         self._by_ip[route.ip] = route.uid
 
     def forget(self, uid: str) -> Route | None:
+        self._cut(uid)
+        return self._unindex(uid)
+
+    def hold(self, uid: str, cut: Callable[[], None]) -> Callable[[], None]:
+        """Registers a connection open to actor `uid`: `cut` is called (once) when
+        the actor stops running or is forgotten. Returns the release to call when
+        the connection ends by itself. An actor that stopped while the connection
+        was being opened has it cut at once."""
+        route = self.by_uid.get(uid)
+        if route is None or not route.running:
+            cut()
+            return lambda: None
+        self._next_hold += 1
+        key = self._next_hold
+        self._cuts.setdefault(uid, {})[key] = cut
+
+        def release() -> None:
+            held = self._cuts.get(uid)
+            if held is not None:
+                held.pop(key, None)
+                if not held:
+                    del self._cuts[uid]
+        return release
+
+    def held(self, uid: str) -> int:
+        """How many connections to actor `uid` are open."""
+        return len(self._cuts.get(uid, ()))
+
+    def _cut(self, uid: str) -> None:
+        for cut in self._cuts.pop(uid, {}).values():
+            cut()
+
+    def _unindex(self, uid: str) -> Route | None:
         old = self.by_uid.pop(uid, None)
         if old is not None:
             if self._by_name.get((old.atespace, old.name)) == uid:

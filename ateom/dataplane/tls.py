@@ -24,6 +24,9 @@ import structlog
 from ateom.dataplane.counters import Counters
 
 log = structlog.get_logger("ateom.dataplane.tls")
+# Substrate's router, the one client ingress admits unless told otherwise.
+DEFAULT_CLIENT_IDENTITY = "spiffe://cluster.local/ns/ate-system/sa/atenet-router"
+
 Signature = tuple[tuple[int, int, int, int] | None, ...]
 
 

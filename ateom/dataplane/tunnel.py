@@ -99,6 +99,7 @@ class Tunnels:
             await self._answer(client, 502, "upstream_failed",
                                f"actor {route.label} port {port} unreachable: {reason}")
             return
+        release = self.table.hold(route.uid, writer.transport.abort)
         try:
             await client.send(h11.Response(status_code=200, headers=[]))
             self.counters.status(200)
@@ -108,6 +109,7 @@ class Tunnels:
             await wire.splice((admitted.reader, admitted.writer), (reader, writer),
                               client_first=first)
         finally:
+            release()
             writer.transport.abort()
 
     async def _answer(self, client: Peer, status: int, outcome: str, text: str,

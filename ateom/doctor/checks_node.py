@@ -78,8 +78,8 @@ def check_daemon_dirs(f: Facts) -> CheckResult:
 
 def check_worker(f: Facts) -> CheckResult:
     """How Substrate's controller started this worker. WARN, never FAIL: an actor runs
-    without a known capacity, and a flag taken but not served yet (ingress, egress,
-    trace relay) costs the actor that feature, not its run."""
+    without a known capacity, and a flag taken but not served yet (the trace relay,
+    a broker's identity) costs the actor that feature, not its run."""
     name = "worker"
     config = f.config
     if not config.pod_uid:

@@ -188,20 +188,26 @@ def check_runsc_cgroups(f: Facts) -> CheckResult:
 
 
 def check_runsc_network(f: Facts) -> CheckResult:
-    """WARN unless actors get no network: without --network=none a sandbox joins the
-    network namespace its bundle names, and one that names none is refused by runsc."""
+    """Whether actors get a network of their own (`ateom.network`): what the ingress,
+    wakeup probes and egress need. PASS with --network=none too (the operator's
+    choice: loopback only); WARN where the runsc cannot take a namespace here (its
+    actors run with --network=none) or with --network=host."""
     name = "runsc-network"
     network = global_flag(f.config.runsc_global_flags, "network")
     if network == "none":
-        return passed(name, "actors get a loopback interface only (--network=none)")
+        return passed(name, "actors get a loopback interface only (--network=none): no"
+                      " ingress, wakeup probes or egress")
     if network == "host":
         return CheckResult(name, Status.WARN, "runsc runs with --network=host: every actor "
                            "shares the worker's network namespace and its addresses",
-                           fix="use --network=none unless actors must reach the network")
-    return CheckResult(
-        name, Status.WARN,
-        f"runsc's network is {network or 'sandbox (its default)'}: a sandbox joins the network "
-        "namespace its bundle names, and one whose bundle names none fails (\"cannot run "
-        "with network enabled in root network namespace\")",
-        fix="add --network=none to ATEOM_RUNSC_GLOBAL_FLAGS unless the node agent gives "
-        "every bundle a network namespace of its own")
+                           fix="drop --network=host: each actor then gets a network of its"
+                           " own, or use --network=none for none")
+    if f.runsc.netns_problem:
+        return CheckResult(
+            name, Status.WARN, "actors run with --network=none (no ingress, wakeup probes or"
+            " egress): this runsc cannot take their network namespaces here",
+            fix="run a runsc of release-20240731 or newer (--runsc / $ATEOM_RUNSC), or add"
+            " --network=none to $ATEOM_RUNSC_GLOBAL_FLAGS to say so",
+            details=(f.runsc.netns_problem,))
+    return passed(name, f"each actor gets a network namespace of its own (runsc network "
+                  f"{network or 'sandbox, its default'}): ingress, wakeup probes, egress")

@@ -115,6 +115,8 @@ class RunscFact:
     cuda_checkpoint_sequential: bool = False
     # The daemon's --runsc-global-flag values this runsc does not know.
     unknown_global_flags: tuple[str, ...] = ()
+    # Why this runsc cannot take an actor's network namespace here ("" when it can).
+    netns_problem: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,6 +31,7 @@ from ateom.errors import AteomError
 from ateom.gpuinfo.cuda_checkpoint import CudaCheckpointFacts, probe
 from ateom.gpuinfo.gather import find_nvidia_smi, gather_worker_gpus
 from ateom.gpuinfo.inventory import WorkerGpus
+from ateom.network.runsc_support import netns_problem
 from ateom.process.runner import (
     Runner,
     give_up_after_a_timeout,
@@ -68,6 +69,7 @@ def gather_runsc(config: DoctorConfig, run: Runner = subprocess_runner) -> Runsc
         cuda_checkpoint_sequential=info.supports("checkpoint:cuda-checkpoint-sequential"),
         unknown_global_flags=unknown_global_flags(config.runsc_global_flags,
                                                   info.global_flags),
+        netns_problem=netns_problem(info),
     )
 
 

@@ -182,6 +182,35 @@ def test_a_request_in_flight_when_its_actor_is_checkpointed_is_503_naming_it(
         app.wait()
 
 
+def test_a_request_in_flight_is_cut_503_the_moment_the_daemon_says_checkpointing(
+        dataplane: DataPlane, certs: Certs) -> None:
+    """A checkpointed actor's veth is gone: no RST ever comes, so without the cut
+    the caller would wait out the response timeout (a 504 after 3 s here)."""
+    app = subprocess.Popen([sys.executable, "-c", HANGING_APP], stdout=subprocess.PIPE,
+                           text=True)
+    try:
+        assert app.stdout is not None
+        port = int(app.stdout.readline())
+        dataplane.route("frozen", port)
+        before = dataplane.stats()["answers"]["checkpointed"]
+        result: dict[str, Any] = {}
+
+        def call() -> None:
+            response, body = get(dataplane.https(certs), "frozen")
+            result.update(status=response.status, body=body)
+        caller = threading.Thread(target=call)
+        caller.start()
+        assert app.stdout.readline().strip() == "got"  # the actor has the request
+        dataplane.route("frozen", port, state="checkpointing")  # the app stays up, silent
+        caller.join(20)
+        assert result["status"] == 503, result
+        assert b"state checkpointing" in result["body"] and b"space/frozen" in result["body"]
+        assert dataplane.stats()["answers"]["checkpointed"] == before + 1
+    finally:
+        app.kill()
+        app.wait()
+
+
 def test_a_refused_upstream_is_502_and_a_silent_one_504(
         dataplane: DataPlane, certs: Certs, backends: tuple[Backend, Backend]) -> None:
     dataplane.route("closed", free_port())

@@ -11,8 +11,14 @@ import pytest
 
 from ateom.dataplane.control import Control, LineSplitter
 from ateom.dataplane.counters import Counters
-from ateom.dataplane.process import parse_address
-from ateom.dataplane.routes import Route, RouteError, RouteTable, parse_host, split_host_port
+from ateom.dataplane.routes import (
+    Route,
+    RouteError,
+    RouteTable,
+    parse_address,
+    parse_host,
+    split_host_port,
+)
 from ateom.dataplane.tls import identity_problem
 from ateom.dataplane.wire import end_to_end
 from ateom.errors import AteomError
@@ -156,3 +162,49 @@ def test_the_default_original_destination_reads_the_kernels_answer() -> None:
             except AteomError:
                 return
             assert got == server.getsockname()
+
+
+class TestHolds:
+    """Connections to an actor are cut the moment it stops running."""
+
+    def _table(self) -> tuple[RouteTable, list[str]]:
+        table = RouteTable()
+        table.upsert(Route(uid="u1", atespace="team", name="app", ip="169.254.0.2"))
+        return table, []
+
+    def test_leaving_running_cuts_every_held_connection(self) -> None:
+        table, cut = self._table()
+        table.hold("u1", lambda: cut.append("a"))
+        table.hold("u1", lambda: cut.append("b"))
+        table.upsert(Route(uid="u1", atespace="team", name="app", ip="169.254.0.2",
+                           state="checkpointing"))
+        assert sorted(cut) == ["a", "b"]
+        assert table.held("u1") == 0
+
+    def test_staying_running_cuts_nothing(self) -> None:
+        table, cut = self._table()
+        table.hold("u1", lambda: cut.append("a"))
+        table.upsert(Route(uid="u1", atespace="team", name="app", ip="169.254.0.2"))
+        assert cut == [] and table.held("u1") == 1
+
+    def test_moving_cuts(self) -> None:
+        table, cut = self._table()
+        table.hold("u1", lambda: cut.append("a"))
+        table.upsert(Route(uid="u1", atespace="team", name="app", ip="169.254.0.6"))
+        assert cut == ["a"]
+
+    def test_forget_cuts_and_release_unregisters(self) -> None:
+        table, cut = self._table()
+        release = table.hold("u1", lambda: cut.append("a"))
+        table.hold("u1", lambda: cut.append("b"))
+        release()
+        table.forget("u1")
+        assert cut == ["b"]
+
+    def test_holding_a_stopped_actor_cuts_at_once(self) -> None:
+        table, cut = self._table()
+        table.upsert(Route(uid="u1", atespace="team", name="app", ip="169.254.0.2",
+                           state="exited"))
+        table.hold("u1", lambda: cut.append("a"))
+        table.hold("gone", lambda: cut.append("b"))
+        assert cut == ["a", "b"] and table.held("u1") == 0

@@ -394,18 +394,22 @@ def test_runsc_cgroups_fails_where_runsc_cannot_make_one(
         assert "--ignore-cgroups" in result.fix
 
 
-@pytest.mark.parametrize(("flags", "status", "says"), [
-    (("--network=none",), Status.PASS, "loopback"),
-    (("-network", "none"), Status.PASS, "loopback"),
-    (("--network=none", "--network=sandbox"), Status.WARN, "network is sandbox"),
-    ((), Status.WARN, "sandbox (its default)"),
-    (("--network=host",), Status.WARN, "shares the worker's network"),
+@pytest.mark.parametrize(("flags", "netns", "status", "says"), [
+    (("--network=none",), "", Status.PASS, "loopback"),
+    (("-network", "none"), "", Status.PASS, "loopback"),
+    (("--network=none", "--network=sandbox"), "", Status.PASS, "network sandbox"),
+    ((), "", Status.PASS, "sandbox, its default"),
+    ((), "runsc /r (0.0~20240729) takes every network namespace", Status.WARN,
+     "actors run with --network=none"),
+    (("--network=host",), "", Status.WARN, "shares the worker's network"),
 ])
-def test_runsc_network_warns_unless_actors_get_none(flags: tuple[str, ...], status: Status,
-                                                    says: str) -> None:
-    f = replace(healthy(), config=replace(healthy().config, runsc_global_flags=flags))
+def test_runsc_network_says_whether_actors_get_a_network_of_their_own(
+        flags: tuple[str, ...], netns: str, status: Status, says: str) -> None:
+    f = replace(healthy(), config=replace(healthy().config, runsc_global_flags=flags),
+                runsc=replace(healthy().runsc, netns_problem=netns))
     result = judge(f).result("runsc-network")
     assert result.status is status and says in result.summary, result
+    assert list(result.details) == ([netns] if netns else [])
 
 
 def test_cgroup_mounts_are_read_from_mountinfo(tmp_path: Path) -> None:

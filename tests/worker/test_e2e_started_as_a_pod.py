@@ -6,8 +6,10 @@ the downward-API capacity files at /run/ateom-capacity, and a network namespace
 of its own, where the readiness endpoint binds the controller's port 8080. Then
 ateom runs with exactly the controller's arguments and POD_UID, and is driven as
 the node agent and the kubelet drive it: the socket under the base dir keyed by
-the Pod's uid, GET /readyz, a busybox actor laid out under <base>/actors on
-Debian's runsc, a kill -9 and a restart of the same Pod.
+the Pod's uid, GET /readyz, the router's HTTPS on :443 with the Pod's podcert
+bundles (made here, mounted where the controller mounts them), a busybox actor
+laid out under <base>/actors on Debian's runsc, a kill -9 and a restart of the
+same Pod.
 """
 
 from __future__ import annotations
@@ -30,8 +32,15 @@ from ateom._proto import ateom_pb2 as pb
 from ateom._proto import ateom_pb2_grpc as pb_grpc
 from tests.daemon.conftest import needs_runsc
 from tests.support import build_busybox_bundle
+from tests.support.certs import INTRUDER_ID, ROUTER_ID, make_certs
 from tests.support.daemon import RUNSC
-from tests.support.substrate import BASE_DIR, CAPACITY_DIR, controller_args
+from tests.support.substrate import (
+    BASE_DIR,
+    CAPACITY_DIR,
+    EGRESS_TRUST_DIR,
+    IDENTITY_DIR,
+    controller_args,
+)
 
 pytestmark = [needs_runsc, pytest.mark.root, pytest.mark.runtime,
               pytest.mark.skipif(shutil.which("ip") is None or shutil.which("nsenter") is None,
@@ -49,8 +58,11 @@ mount -t tmpfs ateom-var-lib /var/lib
 mkdir -p {BASE_DIR}
 mount --bind "$POD_BASE" {BASE_DIR}
 mount -t tmpfs ateom-run /run
-mkdir -p {CAPACITY_DIR}
+mkdir -p {CAPACITY_DIR} {IDENTITY_DIR} {EGRESS_TRUST_DIR}
 mount --bind "$POD_CAPACITY" {CAPACITY_DIR}
+cp "$POD_CERTS/worker-credential-bundle.pem" {IDENTITY_DIR}/credential-bundle.pem
+cp "$POD_CERTS/root.pem" {IDENTITY_DIR}/trust-bundle.pem
+cp "$POD_CERTS/root.pem" {EGRESS_TRUST_DIR}/trust-bundle.pem
 ip link set lo up
 exec "$@"
 """
@@ -69,9 +81,14 @@ class Pod:
         self.capacity.mkdir(exist_ok=True)
         (self.capacity / "cpu_milli").write_text("4000")
         (self.capacity / "memory_bytes").write_text(str(8 << 30))
+        # The podcert bundles the controller mounts: the Pod's key and chain, the CA
+        # the router's certificate chains to.
+        (tmp / "certs").mkdir(exist_ok=True)
+        self.certs = make_certs(tmp / "certs")
         # What the image sets (Dockerfile ENV), the kubelet sets (POD_UID), and PATH.
         env = {"PATH": f"{Path(sys.executable).parent}:/usr/sbin:/usr/bin:/sbin:/bin",
                "POD_UID": POD, "POD_BASE": str(self.base), "POD_CAPACITY": str(self.capacity),
+               "POD_CERTS": str(self.certs.dir),
                "ATEOM_RUNSC": runsc or "runsc",
                "ATEOM_RUNSC_GLOBAL_FLAGS": runsc_flags,
                "LANG": "C.UTF-8"}
@@ -111,6 +128,24 @@ class Pod:
                   "except urllib.error.HTTPError as e:\n"
                   "    code, body = e.code, e.read()\n"
                   "sys.stdout.write(f'{code}\\n' + body.decode())\n")
+        done = subprocess.run(["nsenter", f"--net=/proc/{self.proc.pid}/ns/net",
+                               sys.executable, "-c", client],
+                              capture_output=True, text=True, timeout=30, check=True)
+        code, _, body = done.stdout.partition("\n")
+        return int(code), body
+
+    def router_get(self, host: str, who: tuple[Path, Path] | None = None) -> tuple[int, str]:
+        """GET / on :443 from inside the Pod's network namespace, with mutual TLS as
+        Substrate's router (or as `who`)."""
+        cert, key = who or self.certs.router
+        client = ("import http.client, ssl, sys\n"
+                  f"ctx = ssl.create_default_context(cafile={str(self.certs.trust)!r})\n"
+                  f"ctx.load_cert_chain({str(cert)!r}, {str(key)!r})\n"
+                  "ctx.check_hostname = False\n"
+                  "c = http.client.HTTPSConnection('127.0.0.1', 443, context=ctx, timeout=10)\n"
+                  f"c.request('GET', '/', headers={{'Host': {host!r}}})\n"
+                  "r = c.getresponse()\n"
+                  "sys.stdout.write(f'{r.status}\\n' + r.read().decode())\n")
         done = subprocess.run(["nsenter", f"--net=/proc/{self.proc.pid}/ns/net",
                                sys.executable, "-c", client],
                               capture_output=True, text=True, timeout=30, check=True)
@@ -173,14 +208,19 @@ def test_the_controllers_arguments_serve_the_node_agent_the_kubelet_and_the_oper
     assert (worker.cpu_milli, worker.memory_bytes, list(worker.capacity_problems)) == (
         4000, 8 << 30, [])
     assert worker.readiness_listen_address == "0.0.0.0:8080"
-    # Every --atunnel-* flag was taken, and GetStatus and the doctor say none is served yet.
-    assert sorted(worker.accepted_not_served) == sorted(controller_args(POD)[1:])
+    # Every --atunnel-* flag is served: nothing is said to be taken and not served.
+    assert list(worker.accepted_not_served) == []
     doctor = pod.inspect.Doctor(pb.DoctorRequest(), timeout=120)
     [check] = [c for c in doctor.checks if c.name == "worker"]
-    assert check.status == pb.DOCTOR_STATUS_WARN
+    assert check.status == pb.DOCTOR_STATUS_PASS
     assert f"pod {POD}: cpu 4000m, memory {8 << 30} bytes" in check.summary
-    assert "accepted, not served yet: --atunnel-listen-address=:443" in check.details
-    assert any(e.get("event") == "accepted_not_served" for e in pod.events())
+    # The router reaches the data plane on :443 with the Pod's bundles; a stranger
+    # with a certificate from the same CA is told 403.
+    host = "one.demo.actors.resources.substrate.ate.dev"
+    code, body = pod.router_get(host)
+    assert code == 404 and "no actor 'one' in atespace 'demo' here" in body, body
+    code, body = pod.router_get(host, pod.certs.intruder)
+    assert code == 403 and INTRUDER_ID in body and ROUTER_ID in body, body
     # The node agent lays an actor out under <base>/actors and runs it.
     uid = "pod-actor-1"
     bundles = pod.base / "actors" / uid / "bundles"

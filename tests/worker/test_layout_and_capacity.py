@@ -49,9 +49,32 @@ def test_a_missing_or_odd_capacity_file_counts_as_not_known_and_says_why(
     assert parse_limit(b" 12 \n") == 12 and parse_limit(b"-1") is None
 
 
-def test_the_atunnel_flags_given_are_named_as_typed_and_none_is_served_yet() -> None:
-    settings = AtunnelSettings(listen_address=":443", client_identity="spiffe://x/sa/r")
+def test_the_atunnel_flags_given_are_named_as_typed_and_only_the_broker_is_unused() -> None:
+    settings = AtunnelSettings(listen_address=":443", client_identity="spiffe://x/sa/r",
+                               broker_identity="spiffe://x/sa/atelet")
     assert settings.given() == {"--atunnel-listen-address": ":443",
-                                "--atunnel-client-identity": "spiffe://x/sa/r"}
-    assert settings.unserved() == settings.given()
-    assert AtunnelSettings().given() == {}
+                                "--atunnel-client-identity": "spiffe://x/sa/r",
+                                "--atunnel-broker-identity": "spiffe://x/sa/atelet"}
+    assert settings.unserved() == {"--atunnel-broker-identity": "spiffe://x/sa/atelet"}
+    assert AtunnelSettings().given() == {} and AtunnelSettings().problems() == []
+
+
+@pytest.mark.parametrize(("settings", "want"), [
+    (AtunnelSettings(listen_address=":443"),
+     ["--atunnel-credential-bundle: required with the listen addresses given",
+      "--atunnel-trust-bundle: required with the listen addresses given"]),
+    (AtunnelSettings(egress_listen_address="0.0.0.0:15001", credential_bundle="/c"),
+     ["--atunnel-egress-trust-bundle: required with the listen addresses given"]),
+    (AtunnelSettings(egress_listen_address="0.0.0.0:0", credential_bundle="/c",
+                     egress_trust_bundle="/e"),
+     ["--atunnel-egress-listen-address=0.0.0.0:0: must name its port (actors' outbound TCP"
+      " is redirected to it)"]),
+    (AtunnelSettings(connect_listen_address="8443", credential_bundle="/c", trust_bundle="/t"),
+     ["--atunnel-connect-listen-address=8443: '8443' is not [host]:port"]),
+    (AtunnelSettings(listen_address=":443", connect_listen_address="[::]:8443",
+                     egress_listen_address="0.0.0.0:15001", credential_bundle="/c",
+                     trust_bundle="/t", egress_trust_bundle="/e"), []),
+])
+def test_atunnel_flags_the_data_plane_could_not_start_with_are_named(
+        settings: AtunnelSettings, want: list[str]) -> None:
+    assert settings.problems() == want

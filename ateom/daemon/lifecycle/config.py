@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ateom.dataplane.routes import parse_address
 from ateom.errors import AteomError, ErrorCode
 from ateom.runsc.commands import global_flag
 from ateom.settings import (
@@ -137,11 +138,10 @@ class DaemonConfig:
     def egress_port(self) -> int | None:
         """The egress relay's port (`--atunnel-egress-listen-address`), where actors'
         redirected TCP lands; None when no egress is served."""
-        address = self.atunnel.egress_listen_address
-        if not address:
+        try:
+            return parse_address(self.atunnel.egress_listen_address)[1] or None
+        except ValueError:  # none given, or refused by `check_config`
             return None
-        port = address.rpartition(":")[2]
-        return int(port) if port.isdigit() and 0 < int(port) < 65536 else None
 
     @property
     def filestore_root(self) -> str:
@@ -235,19 +235,21 @@ _FLAGS: tuple[tuple[str, str, str, object, str], ...] = (
      "accepted from Substrate's controller; traces are not exported yet (ateom doctor"
      " says so)"),
     ("--atunnel-listen-address", "ATEOM_ATUNNEL_LISTEN_ADDRESS", "str", "",
-     "the router's HTTPS ingress (accepted; not served yet: ateom doctor says so)"),
+     "the router's HTTPS ingress, mutual TLS, routed by Host to actors (e.g. :443)"),
     ("--atunnel-connect-listen-address", "ATEOM_ATUNNEL_CONNECT_LISTEN_ADDRESS", "str", "",
-     "CONNECT tunnels to actors (accepted; not served yet)"),
+     "CONNECT tunnels to actors' ports, mutual TLS (e.g. :8443)"),
     ("--atunnel-credential-bundle", "ATEOM_ATUNNEL_CREDENTIAL_BUNDLE", "str", "",
-     "the Pod's key and certificate chain in one PEM (accepted; not used yet)"),
+     "the Pod's key and certificate chain in one PEM (ingress and egress TLS; re-read"
+     " when it changes)"),
     ("--atunnel-trust-bundle", "ATEOM_ATUNNEL_TRUST_BUNDLE", "str", "",
-     "CAs an ingress client's certificate must chain to (accepted; not used yet)"),
+     "CAs an ingress client's certificate must chain to"),
     ("--atunnel-client-identity", "ATEOM_ATUNNEL_CLIENT_IDENTITY", "str", "",
-     "the SPIFFE id ingress admits (accepted; not used yet)"),
+     "the SPIFFE id ingress admits (default: Substrate's router's)"),
     ("--atunnel-egress-listen-address", "ATEOM_ATUNNEL_EGRESS_LISTEN_ADDRESS", "str", "",
-     "where actors' intercepted egress arrives (accepted; not served yet)"),
+     "the egress relay: actors' outbound TCP is redirected here and carried to their"
+     " egress_gateway (e.g. 0.0.0.0:15001)"),
     ("--atunnel-egress-trust-bundle", "ATEOM_ATUNNEL_EGRESS_TRUST_BUNDLE", "str", "",
-     "CAs the egress gateway's certificate must chain to (accepted; not used yet)"),
+     "CAs the egress gateway's certificate must chain to"),
     ("--atunnel-broker-identity", "ATEOM_ATUNNEL_BROKER_IDENTITY", "str", "",
      "the SPIFFE id of a relocated install's broker (accepted; not used yet)"),
 )
@@ -444,6 +446,8 @@ def check_config(config: DaemonConfig,
     if config.runsc_dir and not os.path.isabs(config.runsc_dir):
         raise bad(f"{said('--runsc-dir', config.runsc_dir)}: must be an absolute path")
     check_tls_flags(config, typed)
+    if problems := config.atunnel.problems():
+        raise bad("; ".join(problems))
     return config
 
 

@@ -12,9 +12,10 @@ becomes), `bundle_store` (ateom's config in, the node agent's back),
 teardown), `release` (an actor given back; after a checkpoint on a thread
 of its own: the GPU hand-over), `starts` (Run/Restore calls in flight,
 which that release lets go first), `checkpoints` (a checkpoint's steps),
-`stats`. Operators' questions are `inspect`'s. The
-gRPC servicer (`ateom.daemon.rpc.server`) only translates to and from this
-object; tests drive it directly.
+`reach` (the actor's network, route and wakeup probes), `stats`.
+Operators' questions are `inspect`'s. The gRPC servicer
+(`ateom.daemon.rpc.server`) only translates to and from this object; tests
+drive it directly.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from ateom.daemon.actors.table import Actor, ActorTable, Op, Phase
 from ateom.daemon.bundles.catalog import DeviceCatalog
 from ateom.daemon.bundles.plan import CdiInjector, Injector, SandboxPlan, SandboxPlanner
 from ateom.daemon.bundles.store import BundleStore, bundles_root
-from ateom.daemon.calls import deadline, sandbox_exits, validation
+from ateom.daemon.calls import sandbox_exits, validation
 from ateom.daemon.calls.phases import phase
 from ateom.daemon.calls.progress import progress
 from ateom.daemon.calls.requests import (
@@ -52,6 +53,7 @@ from ateom.daemon.gpus.placement import GpuPool
 from ateom.daemon.lifecycle import readiness
 from ateom.daemon.lifecycle.checkpoint import Checkpoints
 from ateom.daemon.lifecycle.config import DaemonConfig
+from ateom.daemon.lifecycle.reach import Reach
 from ateom.daemon.lifecycle.release import Releases
 from ateom.daemon.sandbox import save
 from ateom.daemon.sandbox.janitor import LogJanitor
@@ -60,15 +62,7 @@ from ateom.errors import AteomError, ErrorCode, quote
 from ateom.gpuinfo.nvidia_ctk import SpecGenerator
 from ateom.gpuinfo.nvproxy import DeviceView
 from ateom.gpuinfo.placement import PlacementSnapshot
-from ateom.network import (
-    ActorNet,
-    ActorNetworks,
-    NetworkCleanupError,
-    WakeupProbe,
-    netns_problem,
-    wait_ready,
-)
-from ateom.network.wakeup import DEFAULT_TIMEOUT
+from ateom.network import ActorNetworks
 from ateom.process.proc_io import bytes_read
 from ateom.process.reaper import Reaper, default_reaper
 from ateom.process.runner import reaper_runner
@@ -116,7 +110,7 @@ class AteomService:
             runner=reaper_runner(self.reaper)) if config.actor_networks else None
         self.hosting = Hosting(config, self.reaper, self.bundles, self.injector, self.actors,
                                self.networks)
-        self.network_problem = ""  # why actors' networks cannot be made ("" when they can)
+        self.reach = Reach(config, self.networks, self.reaper)
         pool = GpuPool(parse_placement(config.gpu.placement), lambda: GpuActors.gatherer(
             self.reaper, config.node, config.gpu.proc_root, self.environ))
         self.gpus = GpuActors(pool, config.node, config.gpu, actors_root=config.actors_root,
@@ -161,7 +155,8 @@ class AteomService:
         """Why no actor can run now, one line each (`readiness`; probes runsc, stats
         the dirs); () when one can. Health is SERVING only then."""
         problems = readiness.check(self.config, self.probe)
-        return (*problems, self.network_problem) if self.network_problem else problems
+        extra = self.reach.problems()
+        return (*problems, *extra) if extra else problems
 
     def _validate_start(self, req: RunRequest | RestoreRequest) -> RunscInfo:
         """Request checks before any side effect; the runsc to run, probed."""
@@ -178,7 +173,7 @@ class AteomService:
                              + "; ".join(dict.fromkeys(problems)),
                              code=ErrorCode.FAILED_PRECONDITION)
         validation.check_dirs_on_disk(req.dirs, root)
-        self._check_network_asks(req, info)
+        self.reach.check_asks(req, info)
         if isinstance(req, RestoreRequest) and req.containers and not info.restores_subcontainers:
             raise AteomError(
                 f"runsc {info.path} ({info.version}) restores only a sandbox's root container,"
@@ -186,44 +181,6 @@ class AteomService:
                 " restoring it needs a runsc with multi-container restore (release-20240501.0"
                 " or newer)", code=ErrorCode.FAILED_PRECONDITION)
         return info
-
-    def _no_network(self, info: RunscInfo) -> str:
-        """Why actors of this runsc get no network of their own, "" when they do: the
-        operator's --network=none, or a runsc that cannot take a namespace over here."""
-        if self.networks is None:
-            return ("this worker runs actors with runsc --network=none (the operator's"
-                    " choice, in --runsc-global-flag / $ATEOM_RUNSC_GLOBAL_FLAGS)")
-        return netns_problem(info)
-
-    def _check_network_asks(self, req: RunRequest | RestoreRequest, info: RunscInfo) -> None:
-        """A wakeup probe or an egress gateway needs the actor's network, and egress the
-        relay: FAILED_PRECONDITION naming why this worker cannot, before anything runs."""
-        probed = [c.name for c in req.containers if c.wakeup_probe is not None]
-        why_not = self._no_network(info)
-        if why_not and (probed or req.egress_gateway is not None):
-            what = (f"the wakeup probe of container {probed[0]}" if probed
-                    else "egress_gateway")
-            raise AteomError(f"actor {req.actor.actor_uid}: {what} needs the actor's own"
-                             f" network, and {why_not}", code=ErrorCode.FAILED_PRECONDITION)
-        if req.egress_gateway is not None and self.config.egress_port is None:
-            raise AteomError(
-                f"actor {req.actor.actor_uid}: egress_gateway {quote(req.egress_gateway)}"
-                " needs the egress relay, and this worker has no"
-                " --atunnel-egress-listen-address", code=ErrorCode.FAILED_PRECONDITION)
-
-    def _wakeup(self, req: RunRequest | RestoreRequest, net: ActorNet | None) -> None:
-        """Every container's wakeup probe answered 200 at the actor's address (bounded by
-        each probe's timeout and the caller's deadline); DEADLINE_EXCEEDED naming the
-        container, the URL, the attempts and the last error otherwise."""
-        probes = [WakeupProbe(c.name, p.path, p.port, p.timeout_seconds or DEFAULT_TIMEOUT)
-                  for c in req.containers if (p := c.wakeup_probe) is not None]
-        if not probes:
-            return
-        assert net is not None  # `_check_network_asks` refused a probe without one
-        with phase("wakeup"):
-            attempts = wait_ready(net.actor_ip, probes, uid=req.actor.actor_uid,
-                                  limit=deadline.wait_limit)
-        log.info("actor_awake", attempts=attempts, probes=[p.container for p in probes])
 
     def _admit_and_host(self, req: RunRequest | RestoreRequest, op: Op, info: RunscInfo,
                         *, image: str | None = None, data: str | None = None,
@@ -241,8 +198,10 @@ class AteomService:
             # dirs) goes before the new sandbox takes the same names.
             if os.path.lexists(self.bundles.actor_dir(uid)):
                 self.hosting.clean_leftovers(uid, self._leftover_runsc(uid))
-            net = None if self._no_network(info) else self.hosting.network_for(
+            net = None if self.reach.no_network(info) else self.hosting.network_for(
                 uid, egress=req.egress_gateway is not None)
+            if net is not None:
+                self.reach.routed(req.actor, net, actor.phase, req.egress_gateway)
             with phase("plan"):
                 view = self._book_gpus(actor, req, info, image)
                 self.gpus.check_driver(info, view, op.value)
@@ -264,15 +223,17 @@ class AteomService:
                               containers=list(plan.container_names), image=image):
                     self.hosting.host(actor, plan, runsc, image)
             try:
-                self._wakeup(req, net)
+                self.reach.wakeup(req, net)
             except BaseException:
                 with phase("rollback"):  # it never became ready: not left running
                     self.hosting.take_down(actor, grace=0)
                 raise
             if discard is not None:  # consumed only by a restore that stands
                 save.discard(discard, beneath=self.config.actors_root, uid=uid)
+            self.reach.running(uid, networked=net is not None)
             return plan
         except BaseException:
+            self.reach.forget(uid)
             self.hosting.remove_network(uid)
             self.gpus.give_back(uid)
             self.actors.remove(actor)
@@ -300,6 +261,7 @@ class AteomService:
         log.warning("actor_exited", actor_uid=uid, exit_code=actor.sandbox_exit)
         sandbox_exits.exited("on_its_own")
         self.gpus.give_back(uid)
+        self.reach.exited(uid)
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -345,7 +307,11 @@ class AteomService:
             with self.actors.operate(uid, Op.CHECKPOINT, max_wait=self.config.lock_wait) as actor, \
                     structlog.contextvars.bound_contextvars(snapshot_uri=req.snapshot_uri,
                                                             scope=req.scope.name):
-                return self.checkpoints.take(actor, req.dirs.checkpoint_dir, req.scope)
+                self.reach.checkpointing(uid)
+                try:
+                    return self.checkpoints.take(actor, req.dirs.checkpoint_dir, req.scope)
+                finally:
+                    self.reach.after_checkpoint(actor, self.actors)
 
     def terminate_workload(self, req: TerminateRequest) -> None:
         uid = req.actor.actor_uid
@@ -370,7 +336,11 @@ class AteomService:
             return
         try:
             with self.actors.operate(uid, Op.TERMINATE, max_wait=self.config.lock_wait) as actor:
-                self.releases.release(actor, grace=self.config.kill_grace)
+                self.reach.terminating(uid)
+                try:
+                    self.releases.release(actor, grace=self.config.kill_grace)
+                finally:
+                    self.reach.forget(uid)
                 log.info("actor_terminated")
         except AteomError as exc:
             if exc.code is not ErrorCode.NOT_FOUND:  # NOT_FOUND: went away meanwhile
@@ -435,20 +405,7 @@ class AteomService:
                     self.hosting.clean_leftovers(uid, self._leftover_runsc(uid))
             if leftovers:
                 log.warning("reconciled", actors=leftovers)
-            if self.networks is not None:
-                self._start_networks()
-
-    def _start_networks(self) -> None:
-        """Every namespace, link and rule a dead daemon left swept, the table installed
-        afresh. What cannot be swept is said, not fatal; a worker that cannot make
-        networks at all (no nft, no CAP_NET_ADMIN) is NOT_SERVING, saying why."""
-        try:
-            self.networks.start()  # type: ignore[union-attr]
-        except NetworkCleanupError as exc:
-            log.error("network_left_behind", leftovers=list(exc.leftovers))
-        except AteomError as exc:
-            self.network_problem = f"actors' networks cannot be made here: {exc}"
-            log.error("networks_unavailable", error=str(exc))
+            self.reach.start_networks()
 
     def placement_snapshot(self) -> PlacementSnapshot | None:
         """Who holds which of the Pod's GPUs (metrics, Inspect); None before any."""

@@ -362,6 +362,7 @@ def serve(config: DaemonConfig, service: AteomService | None = None) -> int:
         worker_layout.prepare(config.layout)
     prepare_socket(config.socket)  # a socket it cannot serve on is said before anything
     service.reconcile()  # what a dead predecessor left, before SERVING
+    service.reach.start_dataplane()
     service.janitor.start()
     running = start_server(config, service)
     verdict[0] = running.why_not_serving
@@ -373,6 +374,7 @@ def serve(config: DaemonConfig, service: AteomService | None = None) -> int:
     watcher.join(timeout=RECHECK_INTERVAL + 1)
     running.set_serving(False)
     service.drain(config.shutdown_grace)
+    service.reach.stop_dataplane()
     running.stop(grace=1.0)
     service.janitor.stop()
     for server in (metrics_server, readyz):

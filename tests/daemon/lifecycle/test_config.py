@@ -108,8 +108,8 @@ def test_the_controllers_arguments_make_a_worker_on_the_shared_base_dir() -> Non
     assert cfg.readiness_listen_address == "0.0.0.0:8080"
     assert cfg.atunnel.listen_address == ":443"
     assert cfg.atunnel.egress_trust_bundle.endswith("servicedns.podcert.ate.dev/trust-bundle.pem")
-    assert len(cfg.accepted_not_served) == 7
-    assert "--atunnel-connect-listen-address=:8443" in cfg.accepted_not_served
+    assert cfg.accepted_not_served == ()  # every flag the controller gives is served
+    assert cfg.egress_port == 15001 and cfg.atunnel.problems() == []
 
 
 def test_pod_uid_from_the_environment_alone_and_the_operators_paths_win() -> None:

@@ -9,10 +9,7 @@ REDIRECT here); the actor is a socket bound to 127.0.0.5, its route's ip.
 from __future__ import annotations
 
 import os
-import shutil
 import socket
-import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.dataplane.support import Certs, DataPlane, EchoServer, free_port
+from tests.support.squid import running_squid
 
 ACTOR_IP = "127.0.0.5"
 DENIED_PORT = 7  # squid refuses CONNECT to it (403)
@@ -39,68 +37,10 @@ sys.exit(main(destination=destination, forbidden=None if keep else (lambda ip: "
 """
 
 
-def _squid_conf(d: Path, port: int) -> str:
-    return f"""
-https_port 127.0.0.1:{port} tls-cert={d}/gateway.pem tls-key={d}/gateway.key clientca={d}/ca.pem
-acl denied port {DENIED_PORT}
-http_access deny denied
-http_access allow all
-cache deny all
-cache_mem 8 MB
-access_log stdio:{d}/access.log
-cache_log {d}/cache.log
-pid_filename none
-coredump_dir {d}
-pinger_enable off
-shutdown_lifetime 0 seconds
-"""
-
-
 @pytest.fixture(scope="module")
 def squid(certs: Certs) -> Iterator[tuple[int, Path]]:
-    """squid on a free port: an https_port with the gateway certificate (the test
-    CA's), client certificates required from that CA, CONNECT to any port."""
-    exe = shutil.which("squid") or next(
-        (p for p in ("/usr/sbin/squid",) if os.access(p, os.X_OK)), None)
-    if exe is None:
-        pytest.skip("squid is not installed (apt-get install --no-install-recommends "
-                    "squid-openssl): no real CONNECT proxy to relay egress through")
-    d = Path(tempfile.mkdtemp(prefix="dataplane-squid-"))
-    os.chmod(d, 0o755)  # squid started as root runs as its cache_effective_user
-    for src, name in ((certs.gateway[0], "gateway.pem"), (certs.gateway[1], "gateway.key"),
-                      (certs.trust, "ca.pem")):
-        shutil.copy(src, d / name)
-        os.chmod(d / name, 0o644)
-    if os.geteuid() == 0:
-        shutil.chown(d, "proxy", "proxy")
-    port = free_port()
-    (d / "squid.conf").write_text(_squid_conf(d, port))
-    with (d / "stdout.log").open("wb") as out:
-        proc = subprocess.Popen([exe, "-N", "-f", str(d / "squid.conf")], stdout=out,
-                                stderr=subprocess.STDOUT)
-    try:
-        _wait_listening(proc, port, d)
-        yield port, d
-    finally:
-        proc.kill()
-        proc.wait()
-        shutil.rmtree(d, ignore_errors=True)
-
-
-def _wait_listening(proc: subprocess.Popen[bytes], port: int, d: Path) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            break
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.1)
-    logs = " | ".join(p.read_text(errors="replace")[-800:] for p in
-                      (d / "stdout.log", d / "cache.log") if p.exists())
-    pytest.skip(f"squid did not start listening on 127.0.0.1:{port} "
-                f"(exit status {proc.poll()}): {logs}")
+    with running_squid(certs, denied_port=DENIED_PORT) as started:
+        yield started
 
 
 @pytest.fixture(scope="module")

@@ -66,13 +66,14 @@ FROM ${BASE_IMAGE} AS worker
 LABEL org.opencontainers.image.title="ateom" \
       org.opencontainers.image.description="In-worker sandbox launcher: gVisor actors with CDI GPUs" \
       org.opencontainers.image.licenses="Apache-2.0"
-# python3: ateom itself. busybox-static: nothing at runtime, but operators' `kubectl exec`
-# gets a shell and ls in an otherwise bare image. No compilers, no pip. Unpinned: see
-# the build stage.
+# python3: ateom itself. nftables: `nft`, through which ateom installs the rules that
+# keep each actor's network to itself (ateom.network). busybox-static: nothing at
+# runtime, but operators' `kubectl exec` gets a shell and ls in an otherwise bare image.
+# No compilers, no pip. Unpinned: see the build stage.
 # hadolint ignore=DL3008
 RUN apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-        python3 busybox-static \
+        python3 nftables busybox-static \
     && rm -rf /var/lib/apt/lists/* \
     && mkdir -p /run/ateom /var/lib/ateom/actors \
     && chmod 0700 /run/ateom
@@ -88,22 +89,22 @@ COPY --from=runsc /out/runsc.source /usr/local/share/ateom/runsc.source
 # the standalone example Pod (deploy/gpu-worker-pod.yaml) sets both.
 # ATEOM_RUNSC_GLOBAL_FLAGS: runsc's global flags on every call, a default because Substrate's
 # controller sets no ATEOM_* variable (deploy/substrate-worker-deployment.yaml; measured by
-# tests/ops/test_substrate_deployment.py, where every RunWorkload fails without each one):
+# tests/ops/test_substrate_deployment.py, where every RunWorkload fails without it):
 #  --ignore-cgroups: a container that is not privileged gets cgroupfs read-only (containerd
 #    and CRI-O alike), so runsc cannot make a cgroup per sandbox ("mkdir
 #    /sys/fs/cgroup/cpuset/<id>: read-only file system"); actors run in the Pod's cgroup,
-#    bounded together by its limits, their own cpu_milli/memory_bytes not enforced;
-#  --network=none: the sandbox would join the worker's own network namespace, which runsc
-#    refuses ("cannot run with network enabled in root network namespace"); actors get a
-#    loopback interface only.
-# A Pod that sets the variable replaces both (keep them in it unless its node agent gives
-# every sandbox a cgroup and a network namespace of its own).
+#    bounded together by its limits, their own cpu_milli/memory_bytes not enforced.
+# No --network=none: ateom gives each actor a network namespace of its own (the
+# controller's Deployment adds NET_ADMIN and NET_RAW), which the ingress, wakeup probes and
+# egress need; where the image's runsc cannot take a namespace (Debian's 0.0~20240729 on
+# kernels that give every namespace rmem_default) its actors run with --network=none, and
+# `ateom doctor`'s runsc-network says so. A Pod that sets the variable replaces it.
 ENV PATH=/opt/ateom/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     ATEOM_RUNSC=/usr/local/bin/runsc \
     ATEOM_NVIDIA_DRIVER_ROOT=/usr/local/nvidia \
     ATEOM_NVIDIA_TOOLKIT_DIR=/opt/nvidia-toolkit \
-    ATEOM_RUNSC_GLOBAL_FLAGS="--ignore-cgroups --network=none"
+    ATEOM_RUNSC_GLOBAL_FLAGS="--ignore-cgroups"
 # Root is required, on purpose and only for these reasons:
 #  - runsc create/restore sets up namespaces, mounts, chroot/pivot_root and the gofer, and
 #    changes the sandbox's uid; unprivileged runsc (--rootless) has no nvproxy and no

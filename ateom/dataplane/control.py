@@ -3,7 +3,7 @@
 Newline-delimited JSON over one stream socket (the daemon's end of a
 socketpair; the data plane's end is ``--control-fd``). The daemon writes::
 
-    {"op":"route","uid":U,"atespace":A,"name":N,"ip":IP,"port":80,
+    {"op":"route","uid":U,"atespace":A,"name":N,"ip":IP|null,"port":80,
      "state":"running","egress_gateway":"gw:443"|null}     upsert (no answer)
     {"op":"forget","uid":U}                                 drop (no answer)
     {"op":"ping","id":N}     -> {"op":"pong","id":N}

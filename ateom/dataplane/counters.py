@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # Why the data plane answered a request itself (the keys of "answers").
-ANSWERS = ("bad_request", "forbidden", "unknown_actor", "not_running", "upstream_failed",
+ANSWERS = ("bad_request", "forbidden", "unknown_actor", "not_running", "no_network",
+           "upstream_failed",
            "upstream_timeout", "checkpointed", "head_timeout", "head_too_large")
 # How an egress connection ended up (the keys of "egress").
 EGRESS_OUTCOMES = ("relayed", "unknown_peer", "not_running", "no_gateway", "no_destination",
@@ -20,8 +21,8 @@ EGRESS_OUTCOMES = ("relayed", "unknown_peer", "not_running", "no_gateway", "no_d
                    "gateway_unreachable", "gateway_tls", "gateway_refused", "gateway_timeout",
                    "at_cap")
 # How a CONNECT tunnel request ended up (the keys of "tunnels").
-TUNNEL_OUTCOMES = ("spliced", "unknown_actor", "not_running", "bad_request", "forbidden",
-                   "upstream_failed")
+TUNNEL_OUTCOMES = ("spliced", "unknown_actor", "not_running", "no_network", "bad_request",
+                   "forbidden", "upstream_failed")
 
 
 @dataclass(slots=True)

@@ -8,7 +8,8 @@ keep-alive session read by h11. A request's Host names the actor
 The data plane answers by itself, each time with a one-line text body saying
 why: 400 (no usable Host), 403 (wrong SPIFFE id), 404 (no such actor here), 503 +
 Retry-After (the actor is not running, or its connection died before it
-answered: it was checkpointed, Substrate #1572), 502 (its port refused), 504 (no
+answered: it was checkpointed, Substrate #1572), 502 (its port refused, or it has
+no network here), 504 (no
 response head in time), 408 (request head too slow), 431 (head too large).
 """
 
@@ -23,7 +24,7 @@ import structlog
 from ateom.dataplane import wire
 from ateom.dataplane.counters import Counters
 from ateom.dataplane.gate import Admitted, Limits
-from ateom.dataplane.routes import Route, RouteError, RouteTable, parse_host
+from ateom.dataplane.routes import Route, RouteError, RouteTable, no_network, parse_host
 from ateom.dataplane.upstream import ConnectFailed, ResponseTimeout, Upstream, forward
 from ateom.dataplane.wire import ClientGone, Peer, UpstreamGone
 
@@ -122,6 +123,8 @@ class _Session:
         if not route.running:
             return await self._answer(503, "not_running",
                                       f"actor {route.label} is {route.state}", retry=True)
+        if route.ip is None:
+            return await self._answer(502, "no_network", no_network(route))
         return await self._proxy(request, route)
 
     async def _proxy(self, request: h11.Request, route: Route) -> bool:

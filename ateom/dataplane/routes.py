@@ -44,7 +44,7 @@ class Route:
     uid: str
     atespace: str
     name: str
-    ip: str
+    ip: str | None  # None: it has no network here (its runsc runs it --network=none)
     port: int = 80
     state: str = RUNNING
     # "host:port" of the egress gateway its outbound TCP goes to; None: no egress.
@@ -73,10 +73,12 @@ class Route:
         for key, value in names.items():
             if not isinstance(value, str) or not _LABEL.match(value.lower()):
                 raise RouteError(f"{key} {value!r} is not a DNS label")
+        if "ip" not in obj:
+            raise RouteError("ip is required (null: the actor has no network)")
         try:
-            ip = _normal_ip(obj.get("ip"))
+            ip = None if obj["ip"] is None else _normal_ip(obj["ip"])
         except ValueError:
-            raise RouteError(f"ip {obj.get('ip')!r} is not an IP address") from None
+            raise RouteError(f"ip {obj.get('ip')!r} is not an IP address or null") from None
         port = obj.get("port", 80)
         if type(port) is not int or not 0 < port < 65536:
             raise RouteError(f"port {port!r} is not a TCP port")
@@ -90,6 +92,12 @@ class Route:
             split_host_port(gateway)
         return cls(uid, str(names["atespace"]).lower(), str(names["name"]).lower(), ip,
                    port, state, gateway)
+
+
+def no_network(route: Route) -> str:
+    """Why an actor that runs cannot be reached: the one line the router is told."""
+    return (f"actor {route.label} has no network on this worker (its runsc runs it with"
+            " --network=none)")
 
 
 def _normal_ip(value: object) -> str:
@@ -165,7 +173,8 @@ class RouteTable:
         self._unindex(route.uid)
         self.by_uid[route.uid] = route
         self._by_name[(route.atespace, route.name)] = route.uid
-        self._by_ip[route.ip] = route.uid
+        if route.ip is not None:
+            self._by_ip[route.ip] = route.uid
 
     def forget(self, uid: str) -> Route | None:
         self._cut(uid)
@@ -205,7 +214,7 @@ class RouteTable:
         if old is not None:
             if self._by_name.get((old.atespace, old.name)) == uid:
                 del self._by_name[(old.atespace, old.name)]
-            if self._by_ip.get(old.ip) == uid:
+            if old.ip is not None and self._by_ip.get(old.ip) == uid:
                 del self._by_ip[old.ip]
         return old
 

@@ -22,7 +22,14 @@ import structlog
 from ateom.dataplane import wire
 from ateom.dataplane.counters import Counters
 from ateom.dataplane.gate import Admitted, Limits
-from ateom.dataplane.routes import Route, RouteError, RouteTable, parse_host, split_host_port
+from ateom.dataplane.routes import (
+    Route,
+    RouteError,
+    RouteTable,
+    no_network,
+    parse_host,
+    split_host_port,
+)
 from ateom.dataplane.wire import ClientGone, Peer
 
 log = structlog.get_logger("ateom.dataplane.tunnel")
@@ -87,9 +94,13 @@ class Tunnels:
             return Answer(404, "unknown_actor", f"no actor {name!r} in atespace {atespace!r} here")
         if not route.running:
             return Answer(503, "not_running", f"actor {route.label} is {route.state}", True)
+        if route.ip is None:
+            return Answer(502, "no_network", no_network(route))
         return route, port
 
     async def _open(self, client: Peer, admitted: Admitted, route: Route, port: int) -> None:
+        if route.ip is None:  # refused by `_check`; None would mean this host's loopback
+            return
         try:
             async with asyncio.timeout(self.limits.connect_timeout):
                 reader, writer = await asyncio.open_connection(route.ip, port,

@@ -21,7 +21,7 @@ import asyncio
 import h11
 
 from ateom.dataplane import wire
-from ateom.dataplane.routes import Route
+from ateom.dataplane.routes import Route, no_network
 from ateom.dataplane.wire import ClientGone, Peer, UpstreamGone
 
 
@@ -42,6 +42,8 @@ class Upstream:
 
     @classmethod
     async def open(cls, route: Route, timeout: float) -> Upstream:
+        if route.ip is None:  # refused before; None would mean this host's loopback
+            raise ConnectFailed(no_network(route))
         try:
             async with asyncio.timeout(timeout):
                 reader, writer = await asyncio.open_connection(route.ip, route.port,

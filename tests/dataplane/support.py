@@ -95,7 +95,8 @@ class DataPlane:
                 raise AssertionError(f"control stream closed: {self.log.read_text()[-2000:]}")
             self._buffer += data
 
-    def route(self, name: str, port: int, *, ip: str = "127.0.0.1", state: str = "running",
+    def route(self, name: str, port: int, *, ip: str | None = "127.0.0.1",
+              state: str = "running",
               egress_gateway: str | None = None, uid: str | None = None) -> None:
         self.send({"op": "route", "uid": uid or f"uid-{name}", "atespace": "space",
                    "name": name, "ip": ip, "port": port, "state": state,

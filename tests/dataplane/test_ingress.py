@@ -96,6 +96,15 @@ def test_an_actor_that_is_not_running_is_503_with_retry_after(
     assert get(dataplane.https(certs), "sleepy")[0].status == 200
 
 
+def test_a_running_actor_without_a_network_is_502_saying_so_not_404(
+        dataplane: DataPlane, certs: Certs) -> None:
+    dataplane.route("offline", 80, ip=None)
+    response, body = get(dataplane.https(certs), "offline")
+    assert response.status == 502 and response.getheader("Retry-After") is None
+    assert body == (b"actor space/offline has no network on this worker (its runsc runs it"
+                    b" with --network=none)\n"), body
+
+
 def test_a_client_with_another_spiffe_id_is_403_naming_what_it_presented(
         dataplane: DataPlane, certs: Certs) -> None:
     before = dataplane.stats()["identity_rejected"]

@@ -62,12 +62,14 @@ def test_connect_splices_bytes_both_ways_to_the_actors_port(
 @pytest.mark.parametrize(("target", "status"), [
     ("ghost.space.actors.example:80", b"404"),
     ("sleeping.space.actors.example:80", b"503"),
+    ("offline.space.actors.example:80", b"502"),
     ("echo:80", b"400"),
 ])
 def test_connect_refuses_what_is_not_there_or_not_running(
         dataplane: DataPlane, certs: Certs, echo: EchoServer, target: str,
         status: bytes) -> None:
     dataplane.route("sleeping", echo.port, state="checkpointing")
+    dataplane.route("offline", echo.port, ip=None)
     sock, head, _ = tunnel(dataplane, certs, f"CONNECT {target} HTTP/1.1\r\nHost: {target}"
                            "\r\n\r\n".encode())
     with sock:

@@ -12,7 +12,9 @@ self-signed P-256 PEMs. Then, as the kubelet and the node agent would: the readi
 (HTTP GET /readyz on the Pod's address, port `readyz`), a busybox actor (`_pause` + `app`)
 laid out under <base>/actors and run, checkpointed, restored (its counter goes on from
 memory) and terminated over <base>/ateoms/<pod uid>/ateom.sock from the host side,
-GetStatus's `worker`, and SIGTERM: exit 0, the socket removed.
+GetStatus's `worker`, the router's HTTPS on :443 of the Pod's address with a client
+certificate the Pod's signer issued (the data plane serving with the projected bundles),
+and SIGTERM: exit 0, the socket removed.
 
 Needs root, podman, mmdebstrap, runc and network access to Debian's archive and PyPI
 (the build); skips, saying why, where podman cannot run at all.
@@ -24,6 +26,8 @@ import http.client
 import json
 import os
 import shutil
+import ssl
+import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -48,7 +52,13 @@ from tests.ops.podman_env import (
     shared_podman,
 )
 from tests.support import build_busybox_bundle
-from tests.support.substrate import BASE_DIR, CAPABILITIES, controller_args
+from tests.support.substrate import (
+    BASE_DIR,
+    CAPABILITIES,
+    IDENTITY_DIR,
+    ROUTER_IDENTITY,
+    controller_args,
+)
 
 pytestmark = [pytest.mark.root, pytest.mark.runtime]
 if os.geteuid() != 0:
@@ -180,7 +190,7 @@ def test_the_readiness_probe_answers_200_ok_on_the_pods_address(worker: Worker) 
     assert worker.probe("readinessProbe") == (200, "ok\n")
 
 
-def test_get_status_shows_the_pod_its_capacity_and_the_flags_not_served_yet(
+def test_get_status_shows_the_pod_its_capacity_and_every_flag_served(
         worker: Worker) -> None:
     status = worker.inspect.GetStatus(pb.GetStatusRequest(), timeout=30)
     w = status.worker
@@ -188,9 +198,45 @@ def test_get_status_shows_the_pod_its_capacity_and_the_flags_not_served_yet(
         POD_UID, BASE_DIR, f"{BASE_DIR}/ateoms/{POD_UID}/ateom.sock", f"{BASE_DIR}/actors")
     # From the downward-API files: 4 cores in millicores, 8 GiB in bytes.
     assert (w.cpu_milli, w.memory_bytes, list(w.capacity_problems)) == (4000, 8 << 30, [])
-    atunnel = [a for a in worker.plan.args if a.startswith("--atunnel-")]
-    assert len(atunnel) == 7 and sorted(w.accepted_not_served) == sorted(atunnel)
+    assert len([a for a in worker.plan.args if a.startswith("--atunnel-")]) == 7
+    assert list(w.accepted_not_served) == []
     assert list(status.not_ready) == []
+
+
+def test_the_router_reaches_the_data_plane_on_443_with_the_pods_certificates(
+        worker: Worker, tmp_path: Path) -> None:
+    """mTLS as Substrate's router makes it: a client certificate with the router's SPIFFE
+    id, issued by the signer whose trust bundle the controller projects; the Pod's own
+    certificate (the signer's stand-in) verified against that bundle."""
+    # The stand-in signer's self-signed certificate is the Pod's own, so the projected
+    # credential bundle holds the signer's key and certificate: it issues the router's.
+    bundle = worker.plan.host_path(f"{IDENTITY_DIR}/credential-bundle.pem")
+    key, cert = tmp_path / "router.key", tmp_path / "router.pem"
+    subprocess.run(["openssl", "req", "-new", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1", "-nodes", "-subj", "/CN=router",
+                    "-keyout", str(key), "-out", str(tmp_path / "router.csr")],
+                   check=True, capture_output=True)
+    (tmp_path / "ext").write_text(f"subjectAltName=URI:{ROUTER_IDENTITY}\n"
+                                  "extendedKeyUsage=clientAuth\n")
+    subprocess.run(["openssl", "x509", "-req", "-in", str(tmp_path / "router.csr"),
+                    "-CA", str(bundle), "-CAkey", str(bundle),
+                    "-CAcreateserial", "-days", "1", "-extfile", str(tmp_path / "ext"),
+                    "-out", str(cert)], check=True, capture_output=True)
+    ctx = ssl.create_default_context(
+        cafile=str(worker.plan.host_path(f"{IDENTITY_DIR}/trust-bundle.pem")))
+    ctx.check_hostname = False  # the router checks the worker's SPIFFE id, not a name
+    ctx.load_cert_chain(str(cert), str(key))
+    address = worker.state()["NetworkSettings"]["IPAddress"]
+    conn = http.client.HTTPSConnection(address, 443, context=ctx, timeout=10)
+    try:
+        conn.request("GET", "/gpu", headers={"Host": "gpu-1.gpu-demo.actors.resources."
+                                                     "substrate.ate.dev"})
+        answer = conn.getresponse()
+        body = answer.read().decode()
+    finally:
+        conn.close()
+    assert answer.status == 404, body
+    assert "no actor 'gpu-1' in atespace 'gpu-demo' here" in body
 
 
 def test_the_node_agent_runs_checkpoints_restores_and_terminates_an_actor(

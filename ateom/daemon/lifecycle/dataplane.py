@@ -52,7 +52,7 @@ class Route:
     uid: str
     atespace: str
     name: str
-    ip: str
+    ip: str | None  # None: no network of its own (the router is told so, 502)
     state: str
     egress_gateway: str | None = None
     port: int = 80
@@ -83,7 +83,7 @@ class NoRoutes:
         return True
 
 
-def route_of(ref: ActorRef, ip: str, state: str, egress: str | None) -> Route:
+def route_of(ref: ActorRef, ip: str | None, state: str, egress: str | None) -> Route:
     """An actor's route: its name as the router spells it (``<name>.<atespace>``)."""
     return Route(ref.actor_uid, ref.atespace, ref.actor_name or ref.actor_uid, ip, state,
                  egress)

@@ -109,10 +109,13 @@ class Reach:
 
     # -- host ------------------------------------------------------------------------
 
-    def routed(self, ref: ActorRef, net: ActorNet, phase_now: Phase,
+    def routed(self, ref: ActorRef, net: ActorNet | None, phase_now: Phase,
                egress: str | None) -> None:
-        """Routed from the moment its network exists: requests get 503 until it runs."""
-        self.routes.route(route_of(ref, net.actor_ip, phase_now.value, egress))
+        """Routed from the moment its network exists: requests get 503 until it runs.
+        An actor without a network is routed too, so the router is told that (502),
+        not that no such actor is here."""
+        ip = net.actor_ip if net is not None else None
+        self.routes.route(route_of(ref, ip, phase_now.value, egress))
 
     def wakeup(self, req: RunRequest | RestoreRequest, net: ActorNet | None) -> None:
         """Every container's wakeup probe answered 200 at the actor's address (bounded by
@@ -130,10 +133,10 @@ class Reach:
                                   limit=deadline.wait_limit)
         log.info("actor_awake", attempts=attempts, probes=[p.container for p in probes])
 
-    def running(self, uid: str, networked: bool) -> None:
+    def running(self, uid: str) -> None:
         """Served from now on; the call answers once the data plane has it (bounded)."""
         self.routes.state(uid, "running")
-        if networked and not self.routes.sync():
+        if not self.routes.sync():
             log.warning("route_not_confirmed", reason="the data plane did not answer")
 
     # -- checkpoint, terminate, exit -------------------------------------------------

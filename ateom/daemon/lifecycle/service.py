@@ -200,8 +200,7 @@ class AteomService:
                 self.hosting.clean_leftovers(uid, self._leftover_runsc(uid))
             net = None if self.reach.no_network(info) else self.hosting.network_for(
                 uid, egress=req.egress_gateway is not None)
-            if net is not None:
-                self.reach.routed(req.actor, net, actor.phase, req.egress_gateway)
+            self.reach.routed(req.actor, net, actor.phase, req.egress_gateway)
             with phase("plan"):
                 view = self._book_gpus(actor, req, info, image)
                 self.gpus.check_driver(info, view, op.value)
@@ -230,7 +229,7 @@ class AteomService:
                 raise
             if discard is not None:  # consumed only by a restore that stands
                 save.discard(discard, beneath=self.config.actors_root, uid=uid)
-            self.reach.running(uid, networked=net is not None)
+            self.reach.running(uid)
             return plan
         except BaseException:
             self.reach.forget(uid)

@@ -138,7 +138,8 @@ def record_lines(directory: str, parsed: ParsedRecord) -> list[str]:
     lines = [f"{directory}: {RECORD_FILE} (format {r.format_version}, written by ateom "
              f"{r.ateom_version})",
              f"  runsc: {r.runsc}", f"  driver: {r.driver_version}",
-             f"  nvproxy capabilities: {caps}", f"  GPUs: {len(r.gpus)}"]
+             f"  nvproxy capabilities: {caps}",
+             f"  snapshot: {r.snapshot_uri or 'not named'}", f"  GPUs: {len(r.gpus)}"]
     lines += [f"    {_gpu(g)}" for g in r.gpus]
     lines.append(f"  containers: {len(r.containers)}")
     lines += [f"    {c.name}: {', '.join(c.cdi_devices) or 'no devices'} (edits "

@@ -48,7 +48,7 @@ from ateom.safefs import (
 
 RECORD_FILE = "ateom-compat.json"
 FORMAT_MAJOR = 1
-FORMAT_MINOR = 0
+FORMAT_MINOR = 1  # 1.1: snapshot_uri (1.0 records have none: read as "")
 FORMAT_VERSION = f"{FORMAT_MAJOR}.{FORMAT_MINOR}"
 MAX_RECORD_BYTES = 1 << 20  # a record is a few KiB; anything bigger is not one
 
@@ -121,6 +121,9 @@ class CompatRecord:
     nvproxy_capabilities: str  # as passed to runsc; "" when left to runsc
     gpus: tuple[GpuFacts, ...]  # every fact known (see `gpu_facts_complete`), by index
     containers: tuple[ContainerDevices, ...]  # by name
+    # The snapshot's name in object storage, as the Checkpoint named it ("" when none):
+    # recorded, never fetched (the node agent moves the files).
+    snapshot_uri: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,13 +179,14 @@ def record_json(record: CompatRecord) -> bytes:
         "gpus": [_gpu_json(g) for g in record.gpus],
         "containers": [{"name": c.name, "cdi_devices": list(c.cdi_devices),
                         "edits_digest": c.edits_digest} for c in record.containers],
+        "snapshot_uri": record.snapshot_uri,
     }
     return json.dumps(doc, sort_keys=True, indent=2, ensure_ascii=False).encode("utf-8") + b"\n"
 
 
 def build_record(*, runsc: RunscBuild, driver_version: str, gpus: Sequence[GpuFacts],
                  containers: Sequence[ContainerDevices],
-                 nvproxy_capabilities: str = "") -> CompatRecord:
+                 nvproxy_capabilities: str = "", snapshot_uri: str = "") -> CompatRecord:
     """A record for a checkpoint of an actor holding `gpus` (pure).
 
     Raises AteomError FAILED_PRECONDITION when a fact a restore compares is
@@ -201,7 +205,7 @@ def build_record(*, runsc: RunscBuild, driver_version: str, gpus: Sequence[GpuFa
         raise AteomError(f"container names repeat: {names}", code=ErrorCode.INVALID_ARGUMENT)
     return CompatRecord(FORMAT_VERSION, ATEOM_VERSION, runsc, driver_version,
                         nvproxy_capabilities, tuple(sorted(gpus, key=lambda g: g.index)),
-                        tuple(sorted(containers, key=lambda c: c.name)))
+                        tuple(sorted(containers, key=lambda c: c.name)), snapshot_uri)
 
 
 # --- strict parsing ---------------------------------------------------------------------
@@ -253,8 +257,9 @@ def _kind(value: Any) -> str:
             type(None): "null"}.get(type(value), "a number")
 
 
-def _format(r: _Reader, doc: dict[str, Any]) -> None:
-    """The format gate, before any other field: another major may mean anything."""
+def _format(r: _Reader, doc: dict[str, Any]) -> int:
+    """The format gate, before any other field: another major may mean anything.
+    Returns the record's minor (which fields it must have)."""
     if "format_version" not in doc:
         raise r.fail("format_version", "missing")
     fmt = r.string(doc["format_version"], "format_version", _FORMAT_RE, "must be MAJOR.MINOR")
@@ -267,6 +272,7 @@ def _format(r: _Reader, doc: dict[str, Any]) -> None:
         raise r.fail("format_version", f"record format {quote(fmt)} written by {by}; this "
                                        f"ateom {ATEOM_VERSION} reads format {FORMAT_MAJOR}.x "
                                        f"only: {newer}")
+    return int(fmt.split(".")[1])
 
 
 _GPU_KEYS = ("index", "minor", "uuid", "name", "pci_bus_id", "pci_vendor_id", "pci_device_id",
@@ -327,8 +333,8 @@ def parse_record(data: bytes, *, path: str = RECORD_FILE) -> ParsedRecord:
                          f"{exc.lineno} column {exc.colno}") from None
     if not isinstance(doc, dict):
         raise r.fail("", f"must be a JSON object, not {_kind(doc)}")
-    _format(r, doc)
-    top = r.obj(doc, "", _TOP)
+    minor = _format(r, doc)
+    top = r.obj(doc, "", (*_TOP, "snapshot_uri") if minor >= 1 else _TOP)
     rs = r.obj(top["runsc"], "runsc", ("version", "commit"))
     gpus = [_gpu(r, g, f"gpus[{i}]") for i, g in enumerate(r.array(top["gpus"], "gpus"))]
     containers = [_container(r, c, f"containers[{i}]")
@@ -346,7 +352,8 @@ def parse_record(data: bytes, *, path: str = RECORD_FILE) -> ParsedRecord:
                                 re.compile(r"^\d+\.\d+(\.\d+)?$"), "must be N.N[.N]"),
         nvproxy_capabilities=r.string(top["nvproxy_capabilities"], "nvproxy_capabilities"),
         gpus=tuple(sorted(gpus, key=lambda g: g.index)),
-        containers=tuple(sorted(containers, key=lambda c: c.name)))
+        containers=tuple(sorted(containers, key=lambda c: c.name)),
+        snapshot_uri=r.string(top["snapshot_uri"], "snapshot_uri") if minor >= 1 else "")
     return ParsedRecord(record, tuple(r.ignored))
 
 

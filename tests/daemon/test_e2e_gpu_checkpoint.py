@@ -70,9 +70,13 @@ def _run_gpu_actor(world: DaemonWorld, daemon: Daemon, uid: str) -> pb.ActorDirs
     return dirs
 
 
+# As the control plane names a snapshot: its place in object storage, not a local path.
+SNAPSHOT_URI = "gs://bucket/root/atespaces/demo/actors/gpu-ckpt/snapshots/5678"
+
+
 def _checkpoint_by_grpcurl(daemon: Daemon, uid: str, dirs: pb.ActorDirs
                            ) -> subprocess.CompletedProcess[str]:
-    body = json.dumps({"actor_uid": uid, "actor_dirs": {
+    body = json.dumps({"actor_uid": uid, "snapshot_uri": SNAPSHOT_URI, "actor_dirs": {
         "root_dir": dirs.root_dir, "oci_bundle_dir": dirs.oci_bundle_dir,
         "checkpoint_dir": dirs.checkpoint_dir}})
     return subprocess.run([GRPCURL or "grpcurl", "-plaintext", "-unix", "-d", body,
@@ -112,6 +116,7 @@ def test_gpu_checkpoint_on_each_release(world: DaemonWorld, gpu_daemon: Daemon) 
     record = parse_record((Path(dirs.checkpoint_dir) / RECORD_FILE).read_bytes()).record
     assert record.runsc.version == _status(daemon).runsc.version
     assert record.driver_version == DEFAULT_DRIVER_VERSION and len(record.gpus) == 2
+    assert record.snapshot_uri == SNAPSHOT_URI  # the snapshot it travels as, named
     daemon.settle()  # the stopped sandbox is reaped after the answer
     status = _status(daemon)
     assert not status.actors and all(not g.actor_uids for g in status.gpus)  # GPUs freed

@@ -75,15 +75,17 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 
 def test_prints_the_record(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     saved = node(tmp_path, "h200-8gpu", [2, 3])
-    directory, rec = checkpoint(tmp_path, saved, nvproxy_capabilities="compute,utility")
+    directory, rec = checkpoint(tmp_path, saved, nvproxy_capabilities="compute,utility",
+                                snapshot_uri="gs://bucket/root/actors/a1/snapshots/5678")
     code, out, _ = run(capsys, str(directory))
     assert code == 0
     lines = out.splitlines()
-    assert lines[0] == f"{directory}: {RECORD_FILE} (format 1.0, written by ateom " \
+    assert lines[0] == f"{directory}: {RECORD_FILE} (format 1.1, written by ateom " \
                        f"{rec.ateom_version})"
-    assert lines[1:5] == ["  runsc: release-20260706.0", "  driver: 580.95.05",
-                          "  nvproxy capabilities: 'compute,utility'", "  GPUs: 2"]
-    assert lines[5] == ("    GPU 0 (minor 2, GPU-a0000000-0000-4000-8000-000000000002, "
+    assert lines[1:6] == ["  runsc: release-20260706.0", "  driver: 580.95.05",
+                          "  nvproxy capabilities: 'compute,utility'",
+                          "  snapshot: gs://bucket/root/actors/a1/snapshots/5678", "  GPUs: 2"]
+    assert lines[6] == ("    GPU 0 (minor 2, GPU-a0000000-0000-4000-8000-000000000002, "
                         "0000:72:00.0, 10de:2335 NVIDIA H200, 143771 MiB)")
     assert f"    trainer: nvidia.com/gpu=0, nvidia.com/gpu=1 (edits {DIGEST})" in lines
 
@@ -125,7 +127,7 @@ def test_no_record_restores_as_before(tmp_path: Path, capsys: pytest.CaptureFixt
 
 @pytest.mark.parametrize(("damage", "says"), [
     (lambda text: text[: len(text) // 2], "not valid JSON (truncated or corrupt)"),
-    (lambda text: text.replace('"1.0"', '"2.0"'), "record format '2.0' written by ateom"),
+    (lambda text: text.replace('"1.1"', '"2.0"'), "record format '2.0' written by ateom"),
     (lambda text: text.replace('"580.95.05"', '"580"'), "driver_version: must be N.N[.N]"),
 ])
 def test_a_corrupt_record_is_refused_with_the_parsers_message(

@@ -250,6 +250,19 @@ def test_a_newer_minor_is_read_and_its_new_fields_reported(tmp_path: Path) -> No
     assert parsed.record.format_version == "1.7" and len(parsed.record.gpus) == 8
 
 
+def test_the_snapshot_uri_is_recorded_and_a_1_0_record_without_it_still_reads(
+        tmp_path: Path) -> None:
+    doc = _doc(tmp_path)
+    doc["snapshot_uri"] = "gs://bucket/root/atespaces/a/actors/u/snapshots/5678"
+    assert _parse(doc).record.snapshot_uri == doc["snapshot_uri"]
+    del doc["snapshot_uri"]  # 1.1 knows the field: its records must carry it
+    with pytest.raises(RecordError, match="snapshot_uri: missing"):
+        _parse(doc)
+    doc["format_version"] = "1.0"  # written before it existed
+    parsed = _parse(doc)
+    assert parsed.record.snapshot_uri == "" and parsed.ignored == ()
+
+
 def test_build_refuses_unknown_facts(tmp_path: Path) -> None:
     gpus = _h200(tmp_path, smi="fail")
     with pytest.raises(AteomError) as err:

@@ -60,7 +60,7 @@ log = structlog.get_logger("ateom.gpu_record")
 
 
 def record_for(sandbox: Sandbox, pool: GpuPool, info: RunscInfo, gpus: Sequence[str], *,
-               nvproxy_capabilities: str) -> CompatRecord:
+               nvproxy_capabilities: str, snapshot_uri: str = "") -> CompatRecord:
     """The record of a GPU actor about to be saved (gathers GPU facts once per
     process). FAILED_PRECONDITION when a fact a restore compares is unknown."""
     plan: SandboxPlan = sandbox.plan
@@ -69,7 +69,8 @@ def record_for(sandbox: Sandbox, pool: GpuPool, info: RunscInfo, gpus: Sequence[
     return build_record(runsc=RunscBuild.of_version(info.version),
                         driver_version=pool.worker().driver_version,
                         gpus=[seen_as(g, plan.saved_paths) for g in pool.facts_of(gpus)],
-                        containers=containers, nvproxy_capabilities=nvproxy_capabilities)
+                        containers=containers, nvproxy_capabilities=nvproxy_capabilities,
+                        snapshot_uri=snapshot_uri)
 
 
 def seen_as(gpu: GpuFacts, saved_paths: Mapping[str, str]) -> GpuFacts:

@@ -197,7 +197,7 @@ class GpuActors:
         pids = sandbox_processes(actor.sandbox.runsc.target.root)
         return sum(held.get(pid, 0) for pid in pids) * (1 << 20)
 
-    def prepare_save(self, actor: Actor) -> GpuSave | None:
+    def prepare_save(self, actor: Actor, snapshot_uri: str = "") -> GpuSave | None:
         """For a GPU actor: refuse now, before the sandbox is touched, when it
         cannot be saved (FAILED_PRECONDITION with the fix, counted); else the
         flags and the record. None for an actor without GPUs."""
@@ -214,7 +214,8 @@ class GpuActors:
         info = actor.sandbox.runsc.target.info
         try:
             record = compat_record.record_for(actor.sandbox, self.pool, info, gpus,
-                                           nvproxy_capabilities=self.settings.nvproxy.capabilities)
+                                           nvproxy_capabilities=self.settings.nvproxy.capabilities,
+                                           snapshot_uri=snapshot_uri)
         except AteomError as exc:
             refusals.refused("checkpoint", "gpu_facts_unknown")
             raise AteomError(f"actor {uid} cannot be checkpointed, it keeps running: {exc}",

@@ -43,11 +43,11 @@ class Checkpoints:
         self.gpus = gpus
         self.releases = releases
 
-    def take(self, actor: Actor, image: str,
-             scope: SnapshotScope = SnapshotScope.FULL) -> CheckpointResult:
+    def take(self, actor: Actor, image: str, scope: SnapshotScope = SnapshotScope.FULL,
+             snapshot_uri: str = "") -> CheckpointResult:
         """Checkpoint `actor` (locked by the caller, CHECKPOINTING) into `image` at
         `scope` (UNSPECIFIED, from a node agent that sends none, is FULL): the steps,
-        in the module's order."""
+        in the module's order. `snapshot_uri` goes into a GPU image's record."""
         if scope is SnapshotScope.DATA:
             return self._take_data(actor, image)
         uid, sandbox = actor.ref.actor_uid, actor.sandbox
@@ -55,7 +55,7 @@ class Checkpoints:
         beneath = self.config.actors_root
         durable = sandbox.plan.durable
         with phase("gpu.prepare"):
-            gpu = self.gpus.prepare_save(actor)
+            gpu = self.gpus.prepare_save(actor, snapshot_uri)
         with phase("image.room"):
             expected = self._check_room(actor, image, gpu, durable)
         with phase("image.prepare"):

@@ -308,7 +308,8 @@ class AteomService:
                                                             scope=req.scope.name):
                 self.reach.checkpointing(uid)
                 try:
-                    return self.checkpoints.take(actor, req.dirs.checkpoint_dir, req.scope)
+                    return self.checkpoints.take(actor, req.dirs.checkpoint_dir, req.scope,
+                                                 req.snapshot_uri)
                 finally:
                     self.reach.after_checkpoint(actor, self.actors)
 

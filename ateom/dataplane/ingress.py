@@ -140,9 +140,10 @@ class _Session:
             self.drop_upstream()
             now = self.table.by_name(route.name, route.atespace)
             state = now.state if now is not None else "gone"
+            log.info("upstream gone", actor=route.label, error=str(err))
             return await self._answer(
                 503, "checkpointed", f"actor {route.label} was checkpointed or stopped before "
-                f"it answered (state {state}; {err}); retry", retry=True, route=route)
+                f"it answered (state {state}); retry", retry=True, route=route)
         except ResponseTimeout as err:
             self.drop_upstream()
             return await self._answer(504, "upstream_timeout", f"actor {route.label}: {err}",

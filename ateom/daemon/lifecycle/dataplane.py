@@ -126,6 +126,7 @@ class Routes:
         self._gone = threading.Event()  # the current child has exited
         self._stopping = False
         self._delay = RESTART_DELAY
+        self.last_exit: int | None = None  # the last child's exit status, once it ended
         self._ids = itertools.count(1)
         self._answers: dict[int, dict[str, Any]] = {}
         self._answered = threading.Condition(self._lock)
@@ -175,6 +176,7 @@ class Routes:
 
     def _await_exit(self, pid: int, gone: threading.Event) -> None:
         code = self.reaper.wait(pid)  # the reaper's record of its spawned child
+        self.last_exit = code
         gone.set()
         self._exited(pid, -1 if code is None else code)
 
@@ -211,6 +213,10 @@ class Routes:
             sock, pid, gone = self._sock, self._pid, self._gone
             self._sock = None
         if sock is not None:
+            # shutdown first: close alone leaves the connection open while our reader
+            # thread is in recv() on it, and the data plane would never see its end.
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
             sock.close()
         if pid and not gone.wait(STOP_TIMEOUT):
             log.warning("dataplane_stop_timeout", pid=pid, timeout_s=STOP_TIMEOUT)

@@ -88,6 +88,15 @@ def _durable_back(plan: SandboxPlan, snapshot: str, uid: str) -> None:
                          code=ErrorCode.FAILED_PRECONDITION) from exc
 
 
+def _still_running(actor: Actor, op: Op) -> None:
+    """A Run or Restore answers OK only for an actor that runs: one whose sandbox
+    ended on its own before the answer (the reaper saw it) fails the call instead."""
+    if actor.sandbox_exit is not None:
+        raise AteomError(f"actor {actor.ref.actor_uid}: {actor.exit_note}, before the"
+                         f" {op.value} could answer; it was cleaned up",
+                         code=ErrorCode.INTERNAL)
+
+
 class AteomService:
     def __init__(self, config: DaemonConfig, *, reaper: Reaper | None = None,
                  injector: Injector | None = None) -> None:
@@ -223,6 +232,7 @@ class AteomService:
                     self.hosting.host(actor, plan, runsc, image)
             try:
                 self.reach.wakeup(req, net)
+                _still_running(actor, op)
             except BaseException:
                 with phase("rollback"):  # it never became ready: not left running
                     self.hosting.take_down(actor, grace=0)

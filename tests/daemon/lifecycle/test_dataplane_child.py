@@ -84,6 +84,7 @@ def test_stop_ends_the_data_plane_and_no_restart_follows(routes: Routes,
                                                           reaper: Reaper) -> None:
     pid = routes._pid
     routes.stop()
+    assert routes.last_exit == 0  # it saw its control stream end and exited, not killed
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
     time.sleep(0.5)  # past the restart delay: nothing was started

@@ -139,3 +139,24 @@ def test_a_sandbox_exiting_on_its_own_frees_its_gpus_and_refuses_a_checkpoint(  
     assert not any(c.startswith("checkpoint") for c in w.fake.commands())
     w.service.terminate_workload(TerminateRequest(actor=ActorRef("g")))
     assert w.service.actors.get("g") is None and w.service.gpus.pool.held_by("h")
+
+
+def test_a_sandbox_that_dies_before_the_run_answers_fails_the_run_and_leaves_nothing(  # type: ignore[no-untyped-def]
+        make_world, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The reaper sees the sandbox go between its boot and the answer: "OK" would be
+    # untrue a moment later, so the Run fails naming the exit, and nothing stays.
+    w = make_world(fake_kw={"global_flags": ["nvproxy"]}, gpu_placement="exclusive")
+    hosting = w.service.hosting
+    boot = hosting.host
+
+    def boots_then_dies(actor, *args, **kwargs):  # type: ignore[no-untyped-def]
+        boot(actor, *args, **kwargs)
+        w.service.actors.sandbox_exited(actor, -9)
+    monkeypatch.setattr(hosting, "host", boots_then_dies)
+    said = _refused(lambda: w.service.run_workload(w.run("g", "app", devices=DeviceChoice())),
+                    ErrorCode.INTERNAL)
+    assert said.startswith("actor g: its sandbox exited on its own (killed by signal 9) at ")
+    assert said.endswith(", before the run could answer; it was cleaned up")
+    assert w.service.actors.get("g") is None and w.service.gpus.pool.held_by("g") == ()
+    monkeypatch.setattr(hosting, "host", boot)
+    w.service.run_workload(w.run("g", "app", devices=DeviceChoice()))  # the slot is free

@@ -5,7 +5,11 @@
 #   2. that checkpoint offered to a worker whose driver differs: not restorable there, and why;
 #   3. a CPU actor whose in-memory counter survives checkpoint -> restore;
 #   4. a 4-GPU worker in exclusive mode: 6 intermittent actors take turns;
-#   5. the same six in shared mode.
+#   5. the same six in shared mode;
+#   6. the seed: a GPU actor serving GET /gpu (nvidia-smi), reached through ateom's ingress
+#      by its Host header over mTLS, checkpointed, restored and reached again
+#      (scripts/demo_seed.sh; its real runsc: $ATEOM_DEMO_REAL_RUNSC, else runsc on PATH;
+#      skipped, saying why, where that runsc cannot give actors networks here).
 # Needs root (runsc). No GPU: a simulated node (see "fixtures").
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -222,4 +226,7 @@ for line in open(sys.argv[1]):
     if e.get("event") == "phase" and e.get("actor_uid") == "gpu-demo":
         print(f"  {e['phase']:17} {e.get('container', ''):8} {e['duration_ms']:8.1f} {e['outcome']}")
 PY
-echo "logs and state kept in $DEMO"
+step "6. the seed: GPU actor gpu-1 serves GET /gpu; the router reaches it through ateom's ingress, by Host, over mTLS"
+bash scripts/demo_seed.sh "$DEMO/seed"
+
+echo; echo "logs and state kept in $DEMO"

@@ -66,6 +66,7 @@ class ActorNetworks:
         self._by_index: dict[int, str] = {}
         self._busy: set[str] = set()
         self._kept: dict[str, int] = {}  # uid -> k whose link could not be deleted
+        self._dirty: set[str] = set()  # uids whose last teardown left something
         self._started = False
 
     def start(self) -> None:
@@ -150,6 +151,8 @@ class ActorNetworks:
                 self._pool.release(net.index)
             else:
                 self._kept[net.uid] = net.index
+            if leftovers:
+                self._dirty.add(net.uid)
         if leftovers and isinstance(exc, AteomError):
             exc.message += "; undoing it left: " + "; ".join(leftovers)
             exc.args = (exc.message,)
@@ -183,7 +186,8 @@ class ActorNetworks:
         return leftovers, link_gone
 
     def remove(self, uid: str) -> None:
-        """Take `uid`'s network down; nothing to do when there is none.
+        """Take `uid`'s network down; nothing to do when there is none (no nft run,
+        no netlink: a checkpoint's release asks again after its answer).
         NetworkCleanupError names whatever could not be removed."""
         check_uid(uid)
         with self._lock:
@@ -192,9 +196,15 @@ class ActorNetworks:
                                  code=ErrorCode.FAILED_PRECONDITION)
             net = self._nets.pop(uid, None)
             k = net.index if net is not None else self._kept.pop(uid, None)
+            if net is None and k is None and uid not in self._dirty:
+                # Removed already (a checkpoint's answer, then its release), or never
+                # made by this process (what a dead one left went in `start`'s sweep).
+                return
+            self._dirty.discard(uid)
             if net is not None:
                 self._by_index.pop(net.index, None)
             self._busy.add(uid)
+        leftovers: list[str] = []
         link_gone = False
         try:
             leftovers, link_gone = self._teardown(uid)
@@ -205,6 +215,8 @@ class ActorNetworks:
                     self._pool.release(k)
                 elif k is not None:
                     self._kept[uid] = k
+                if leftovers:
+                    self._dirty.add(uid)
         if leftovers:
             raise NetworkCleanupError(f"actor {quote(uid)}", leftovers)
 
@@ -240,7 +252,7 @@ class ActorNetworks:
         """Remove every actor's network, any leftover by its shape, and the table."""
         with self._lock:
             self._started = False
-            uids = sorted({*self._nets, *self._kept})
+            uids = sorted({*self._nets, *self._kept, *self._dirty})
         leftovers: list[str] = []
         for uid in uids:
             try:

@@ -65,6 +65,17 @@ class Completed:
     timed_out: bool = False
 
 
+def _exists(pid: int) -> bool:
+    """Whether a process (or a zombie not reaped yet) has `pid`."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 class Reaper:
     """Owns every child of this process."""
 
@@ -180,11 +191,17 @@ class Reaper:
             return self._exited.pop(pid)
 
     def watch(self, pid: int, callback: Callable[[int, int], None]) -> None:
-        """Call `callback(pid, exit_code)` when orphan `pid` (e.g. a sandbox) is reaped."""
+        """Call `callback(pid, exit_code)` when orphan `pid` (e.g. a sandbox) is reaped.
+
+        An exit already recorded for `pid` counts only if no process has the pid now:
+        pids wrap (every few minutes on a busy worker), and the record may be an earlier
+        process's, which would make a live sandbox look dead. A process that has the pid
+        cannot have been reaped since it started (we reap it), so the record is stale."""
         with self._cond:
-            if pid in self._orphans:
+            if pid in self._orphans and not _exists(pid):
                 code = self._orphans[pid]
             else:
+                self._orphans.pop(pid, None)
                 self._watchers[pid] = callback
                 return
         callback(pid, code)

@@ -4,6 +4,8 @@ each wait bounded."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -119,3 +121,42 @@ def test_capture_separates_stderr(tmp_path: Path) -> None:
     done = Reaper().run_capture(["sh", "-c", "echo out; echo noise >&2"],
                                 stderr_path=str(err))
     assert done.output == "out\n" and err.read_text() == "noise\n"
+
+
+PID_REUSE = """
+import os, sys, time
+from ateom.process.reaper import Reaper
+
+d = sys.argv[1]
+reaper = Reaper().start(reap_all=True)
+# An orphan (a backgrounded sleep whose shell exits) is reaped by us: its exit recorded.
+reaper.run(["sh", "-c", f"sleep 0.2 & echo $! > {d}/old"], log_path="/dev/null")
+old = int(open(f"{d}/old").read())
+time.sleep(0.6)
+# A new long-lived orphan given the same pid, as pids wrap (this namespace's own counter).
+with open("/proc/sys/kernel/ns_last_pid", "w") as f:
+    f.write(str(old - 2))  # sh takes old - 1, its backgrounded sleep old
+reaper.run(["sh", "-c", f"sleep 30 & echo $! > {d}/new"], log_path="/dev/null")
+new = int(open(f"{d}/new").read())
+seen = []
+reaper.watch(new, lambda pid, code: seen.append(code))  # as a sandbox's pid is watched
+at_once = list(seen)
+os.kill(new, 9)
+deadline = time.monotonic() + 10
+while not seen and time.monotonic() < deadline:
+    time.sleep(0.05)
+print(old, new, at_once, seen)
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root: a pid namespace of its own")
+def test_a_live_process_with_a_reaped_orphans_pid_is_watched_not_taken_for_exited(
+        tmp_path: Path) -> None:
+    done = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", sys.executable,
+                           "-c", PID_REUSE, str(tmp_path)], capture_output=True, text=True,
+                          timeout=60, cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0, done.stderr
+    old, new, at_once, seen = done.stdout.splitlines()[-1].split(maxsplit=3)
+    assert old == new, "the pid was not reused: the test could not stage a wrap"
+    assert at_once == "[]"  # the earlier process's exit is not this one's
+    assert seen.strip() == "[-9]"  # its own exit, when it came

@@ -85,9 +85,9 @@ def _stop(runsc: Runsc, ordered: Sequence[str], grace: float) -> None:
         for name in ordered:
             runsc.kill(name, "TERM", timeout=max(end - time.monotonic(), _MIN_CALL))
         waiting = list(ordered)
-        # Looked at soon, then less often: most apps stop within tens of ms of TERM,
-        # and a fixed 50 ms sleep was most of a quick Terminate (each look is a runsc
-        # process, so not much more often than that for one that takes its time).
+        # Looked at soon, then less often: most apps stop soon after TERM, and a fixed
+        # long sleep was most of a quick Terminate (docs/performance.md, "An actor's own
+        # network"); each look is a runsc process, so not often for one that lingers.
         pause = 0.01
         while waiting and time.monotonic() < end:
             waiting = [n for n in waiting if runsc.status(n) not in ("stopped", "")]

@@ -132,7 +132,14 @@ async def _bind(flag: str, address: str, handler: Handler) -> asyncio.Server:
         host, port = parse_address(address)
         return await asyncio.start_server(handler, host, port, limit=64 * 1024, backlog=1024)
     except (OSError, ValueError) as err:
-        raise Fatal(1, "bind failed", flag=flag, address=address, reason=str(err)) from None
+        reason = str(err)
+        if isinstance(err, PermissionError):
+            # The one bind failure an operator fixes in the manifest, not here: a port
+            # below net.ipv4.ip_unprivileged_port_start (1024 unless the runtime lowers it)
+            # needs CAP_NET_BIND_SERVICE, which "drop: [ALL]" took away.
+            reason += ("; a port below 1024 needs the capability NET_BIND_SERVICE (or the "
+                       "Pod's sysctl net.ipv4.ip_unprivileged_port_start at or below it)")
+        raise Fatal(1, "bind failed", flag=flag, address=address, reason=reason) from None
 
 
 def _context(flag: str, name: str, make: Callable[[], ssl.SSLContext], paths: list[str],

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -39,6 +40,27 @@ def test_a_bind_failure_exits_1_with_one_json_line_naming_the_flag(certs: Certs)
     assert status == 1 and len(lines) == 1
     assert lines[0]["event"] == "bind failed" and lines[0]["flag"] == "--ingress"
     assert "in use" in str(lines[0]["reason"])
+
+
+def test_a_privileged_port_refused_names_the_capability_and_the_sysctl(certs: Certs) -> None:
+    # As a worker container without NET_BIND_SERVICE binds :443: root here runs the data
+    # plane with that capability out of its bounding set (setpriv, util-linux).
+    start = int(Path("/proc/sys/net/ipv4/ip_unprivileged_port_start").read_text())
+    if start <= 1:
+        pytest.fail(f"ip_unprivileged_port_start is {start} here: every port is unprivileged")
+    parent, child = socket.socketpair()
+    drop = (["setpriv", "--bounding-set=-net_bind_service", "--inh-caps=-net_bind_service",
+             "--"] if os.geteuid() == 0 else [])
+    with parent, child:
+        run = subprocess.run([*drop, sys.executable, "-m", "ateom.dataplane", "--control-fd",
+                              str(child.fileno()), "--ingress", "127.0.0.1:1",
+                              *ingress_args(certs)[2:]], pass_fds=[child.fileno()],
+                             capture_output=True, text=True, timeout=60, cwd=ROOT)
+    lines = [json.loads(line) for line in run.stdout.splitlines()]
+    assert run.returncode == 1 and len(lines) == 1, (run.stdout, run.stderr)
+    assert lines[0]["event"] == "bind failed" and lines[0]["flag"] == "--ingress"
+    reason = str(lines[0]["reason"])
+    assert "NET_BIND_SERVICE" in reason and "ip_unprivileged_port_start" in reason, reason
 
 
 @pytest.mark.parametrize(("args", "status", "flag"), [

@@ -31,8 +31,9 @@ from typing import Any
 SECURITY_KEYS = {"privileged", "runAsUser", "runAsGroup", "allowPrivilegeEscalation",
                  "capabilities", "seccompProfile", "appArmorProfile",
                  "readOnlyRootFilesystem"}
-# The Pod's security context: only the user and group, the container's defaults.
-POD_SECURITY_KEYS = {"runAsUser", "runAsGroup"}
+# The Pod's security context: the user and group (the container's defaults) and the
+# Pod's namespaced sysctls (its network namespace's, podman's --sysctl).
+POD_SECURITY_KEYS = {"runAsUser", "runAsGroup", "sysctls"}
 PROBES = ("startupProbe", "readinessProbe", "livenessProbe")
 # Container keys that do not change what runs or with which rights.
 NOT_APPLIED_KEYS = {"name", "image", "imagePullPolicy", "ports", "resources", *PROBES}
@@ -134,7 +135,12 @@ def translate(pod: dict[str, Any], container_name: str, host_root: Path, *,
         out.flags.append("--entrypoint=" + container["command"][0])
         out.args += container["command"][1:]
     out.args += [_expand(a, out.env) for a in container.get("args", [])]
-    _security({**pod_ctx, **container.get("securityContext", {})}, out)
+    for sysctl in pod_ctx.get("sysctls", []):
+        if set(sysctl) != {"name", "value"}:
+            raise Untranslatable(f"spec.securityContext.sysctls: {sysctl}")
+        out.flags.append(f"--sysctl={sysctl['name']}={sysctl['value']}")
+    user_ctx = {k: v for k, v in pod_ctx.items() if k != "sysctls"}
+    _security({**user_ctx, **container.get("securityContext", {})}, out)
     ctx = _Context(pod, container, host_root, host_paths or {},
                    limits if limits is not None else
                    container.get("resources", {}).get("limits", {}))

@@ -100,6 +100,8 @@ def test_the_substrate_deployment_translates_as_the_kubelet_runs_it(
         "--cap-add=" + c for c in CAPABILITIES]
     assert {"--security-opt=seccomp=unconfined", "--security-opt=apparmor=unconfined"} <= set(
         plan.flags)
+    # The Pod's sysctl that lets the ingress bind :443 without NET_BIND_SERVICE.
+    assert "--sysctl=net.ipv4.ip_unprivileged_port_start=0" in plan.flags
     # The hostPath at the dir the test chose, HostToContainer as rslave.
     assert f"--volume={base}:{BASE_DIR}:rw,rslave" in plan.flags and base.is_dir()
     assert plan.host_path(f"{BASE_DIR}/ateoms/x/ateom.sock") == base / "ateoms/x/ateom.sock"
@@ -182,8 +184,8 @@ def test_what_it_cannot_apply_of_the_deployment_is_refused(
      "seccompProfile"),
     (lambda c, p: c.update(lifecycle={"preStop": {}}), "lifecycle"),
     (lambda c, p: c["env"].append({"name": "X", "valueFrom": {"secretKeyRef": {}}}), "env X"),
-    (lambda c, p: p["spec"].update(securityContext={"runAsUser": 0, "sysctls": []}),
-     "Pod-level"),
+    (lambda c, p: p["spec"].update(securityContext={"runAsUser": 0, "sysctls": [
+        {"name": "net.ipv4.ip_unprivileged_port_start"}]}), "sysctls"),
     (lambda c, p: c["volumeMounts"][0].update(mountPropagation="Sideways"), "Sideways"),
     (lambda c, p: p["spec"]["volumes"][0].update(hostPath=None, configMap={"name": "x"}) or
      p["spec"]["volumes"][0].pop("hostPath"), "only hostPath, emptyDir"),

@@ -78,7 +78,6 @@ import json
 import multiprocessing
 import os
 import shutil
-import socket
 import ssl
 import statistics
 import subprocess
@@ -103,6 +102,7 @@ from tests.support.attribution import calls
 from tests.support.attribution import summary as attribution
 from tests.support.certs import ROUTER_ID, Certs, make_certs
 from tests.support.daemon import Daemon, DaemonWorld, runsc_processes
+from tests.support.internet import AddressTaken, NotUp, stand_in_internet
 from tests.support.newest_runsc import newest_runsc
 from tests.support.node_agent import Actor, App, NodeAgent
 from tests.support.squid import free_port, running_squid
@@ -110,7 +110,7 @@ from tests.support.squid import free_port, running_squid
 MiB = 1 << 20
 NAME, ATESPACE = "web", "bench"
 WEB_UID = "bench-web"
-INTERNET_IP, WORKER_SIDE_IP = "203.0.113.1", "203.0.113.2"
+INTERNET_IP = "203.0.113.1"
 FLOOD_CLIENTS = 64
 IN_NETNS = "ATEOM_BENCH_INGRESS_IN_NETNS"
 WARMUP = 0.5  # seconds a load runs before its count starts: connections made, forks warm
@@ -402,46 +402,16 @@ def web_app(big_mib: int) -> App:
 
 
 @contextlib.contextmanager
-def stand_in_internet(www: Path) -> Iterator[str]:
-    """busybox httpd serving `www` at INTERNET_IP:80 in a namespace of its own, routed
-    from the worker's over a veth (as the egress suite's, on another range)."""
-    name, link = f"ateom-bench-inet-{os.getpid()}", f"xbench{os.getpid() % 100000}"
-
-    def ip(*args: str) -> None:
-        subprocess.run(["ip", *args], check=True, capture_output=True)
-    taken = subprocess.run(["ip", "-4", "addr"], capture_output=True, text=True).stdout
-    if INTERNET_IP.rpartition(".")[0] + "." in taken:
-        raise SystemExit(f"bench_ingress: this host has an address in {INTERNET_IP}/24, "
-                         "the stand-in internet's")
-    ip("netns", "add", name)
-    server = None
+def internet_at(www: Path) -> Iterator[str]:
+    """busybox httpd serving `www` at INTERNET_IP:80, a stand-in internet routed from
+    the worker's namespace (`tests.support.internet`, as the egress suite's on another
+    range); its base URL."""
+    server = ["busybox", "httpd", "-f", "-p", f"{INTERNET_IP}:80", "-h", str(www)]
     try:
-        ip("link", "add", link, "type", "veth", "peer", "name", "eth0", "netns", name)
-        ip("addr", "add", f"{WORKER_SIDE_IP}/24", "dev", link)
-        ip("link", "set", link, "up")
-        ip("-n", name, "addr", "add", f"{INTERNET_IP}/24", "dev", "eth0")
-        ip("-n", name, "link", "set", "eth0", "up")
-        ip("-n", name, "link", "set", "lo", "up")
-        server = subprocess.Popen(["ip", "netns", "exec", name, "busybox", "httpd", "-f",
-                                   "-p", f"{INTERNET_IP}:80", "-h", str(www)],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                socket.create_connection((INTERNET_IP, 80), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise SystemExit("bench_ingress: the stand-in internet did not come up"
-                                     ) from None
-                time.sleep(0.1)
-        yield f"http://{INTERNET_IP}"
-    finally:
-        if server is not None:
-            server.kill()
-            server.wait()
-        subprocess.run(["ip", "link", "del", link], capture_output=True)
-        subprocess.run(["ip", "netns", "del", name], capture_output=True)
+        with stand_in_internet(INTERNET_IP.rpartition(".")[0], server, tag="bench") as url:
+            yield url
+    except (AddressTaken, NotUp) as why:
+        raise SystemExit(f"bench_ingress: {why}") from None
 
 
 @dataclass
@@ -476,7 +446,7 @@ def worker(base: Path, runsc: str, big_mib: int, egress_mib: int) -> Iterator[Wo
         with open(www / "big", "wb") as f:
             f.truncate(egress_mib * MiB)
         (www / "small").write_text("ok\n")
-        internet = stack.enter_context(stand_in_internet(www))
+        internet = stack.enter_context(internet_at(www))
         world = DaemonWorld(base / "world")
         daemon = Daemon(world, runsc, run_dir=base / "run", networks=True, max_actors="4",
                         atunnel_listen_address="127.0.0.1:0",

@@ -13,7 +13,6 @@ fetches from it with busybox's wget, run inside its sandbox (runsc exec).
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import shutil
 import socket
@@ -29,6 +28,7 @@ from ateom._proto import ateom_pb2 as pb
 from tests.daemon.conftest import _stopped, needs_runsc
 from tests.support.certs import Certs, make_certs
 from tests.support.daemon import Daemon, DaemonWorld
+from tests.support.internet import AddressTaken, stand_in_internet
 from tests.support.newest_runsc import newest_runsc
 from tests.support.node_agent import Actor, App, NodeAgent
 from tests.support.squid import free_port, running_squid
@@ -50,44 +50,16 @@ def actor(uid: str) -> Actor:
 def internet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A namespace with an HTTP server at 198.51.100.1:80 serving /hello (a fresh
     token), routed from the worker's namespace over a veth; yields the token."""
-    name, link = f"ateom-test-inet-{os.getpid()}", f"xinet{os.getpid() % 100000}"
     www = tmp_path_factory.mktemp("internet")
     token = secrets.token_hex(8)
     (www / "hello").write_text(token + "\n")
-
-    def ip(*args: str) -> None:
-        subprocess.run(["ip", *args], check=True, capture_output=True)
-    taken = subprocess.run(["ip", "-4", "addr"], capture_output=True, text=True).stdout
-    if "198.51.100." in taken:
-        pytest.skip("this host has an address in 198.51.100.0/24, the stand-in internet's")
-    ip("netns", "add", name)
-    server = None
+    server = [sys.executable, "-m", "http.server", "80", "--bind", INTERNET_IP,
+              "--directory", str(www)]
     try:
-        ip("link", "add", link, "type", "veth", "peer", "name", "eth0", "netns", name)
-        ip("addr", "add", f"{WORKER_SIDE_IP}/24", "dev", link)
-        ip("link", "set", link, "up")
-        ip("-n", name, "addr", "add", f"{INTERNET_IP}/24", "dev", "eth0")
-        ip("-n", name, "link", "set", "eth0", "up")
-        ip("-n", name, "link", "set", "lo", "up")
-        server = subprocess.Popen(
-            ["ip", "netns", "exec", name, sys.executable, "-m", "http.server", "80",
-             "--bind", INTERNET_IP, "--directory", str(www)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                socket.create_connection((INTERNET_IP, 80), timeout=1).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "the stand-in internet did not come up"
-                time.sleep(0.1)
-        yield token
-    finally:
-        if server is not None:
-            server.kill()
-            server.wait()
-        subprocess.run(["ip", "link", "del", link], capture_output=True)
-        subprocess.run(["ip", "netns", "del", name], capture_output=True)
+        with stand_in_internet(INTERNET_IP.rpartition(".")[0], server, tag="test"):
+            yield token
+    except AddressTaken as why:
+        pytest.skip(str(why))
 
 
 @pytest.fixture(scope="module")

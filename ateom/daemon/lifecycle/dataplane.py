@@ -96,20 +96,15 @@ def dataplane_argv(atunnel: AtunnelSettings, python: str = sys.executable) -> li
     if not (a.listen_address or a.connect_listen_address or a.egress_listen_address):
         return []
     argv = [python, "-m", "ateom.dataplane", "--control-fd", "0"]
-    if a.listen_address:
-        argv += ["--ingress", a.listen_address]
-    if a.connect_listen_address:
-        argv += ["--connect", a.connect_listen_address]
-    if a.credential_bundle:
-        argv += ["--credential-bundle", a.credential_bundle]
-    if a.trust_bundle:
-        argv += ["--trust-bundle", a.trust_bundle]
-    if a.client_identity:
-        argv += ["--client-identity", a.client_identity]
-    if a.egress_listen_address:
-        argv += ["--egress", a.egress_listen_address]
-    if a.egress_trust_bundle:
-        argv += ["--egress-trust-bundle", a.egress_trust_bundle]
+    for flag, value in (("--ingress", a.listen_address),
+                        ("--connect", a.connect_listen_address),
+                        ("--credential-bundle", a.credential_bundle),
+                        ("--trust-bundle", a.trust_bundle),
+                        ("--client-identity", a.client_identity),
+                        ("--egress", a.egress_listen_address),
+                        ("--egress-trust-bundle", a.egress_trust_bundle)):
+        if value:
+            argv += [flag, value]
     return argv
 
 

@@ -7,7 +7,7 @@ named steps over the daemon's parts.
 
 The parts, one job each: `admission` (draining, calls in flight), `actors`
 (the hosting table and the state machine), `plan` (what each bundle
-becomes), `bundle_store` (ateom's config in, the node agent's back),
+becomes), `bundle_store` (ateom's own config.json per container, in its run dir),
 `hosting` (bundles + runsc, all or nothing), `sandbox` (runsc boot and
 teardown), `release` (an actor given back; after a checkpoint on a thread
 of its own: the GPU hand-over), `starts` (Run/Restore calls in flight,

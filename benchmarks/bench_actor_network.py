@@ -68,7 +68,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import ipaddress
 import json
 import os
 import shutil
@@ -90,10 +89,10 @@ from turns_actors import stats_ms  # this dir: puts REPO on sys.path
 from ateom.network import ActorNetworks, netns_problem  # noqa: E402
 from ateom.network import links as net_links  # noqa: E402
 from ateom.network import namespace as net_namespace  # noqa: E402
-from ateom.network.addressing import host_ifname  # noqa: E402
 from ateom.process.reaper import Reaper  # noqa: E402
 from ateom.process.runner import reaper_runner  # noqa: E402
 from ateom.runsc.probe import probe_runsc  # noqa: E402
+from tests.support.actor_net import actor_ip  # noqa: E402
 from tests.support.attribution import calls, summary  # noqa: E402
 from tests.support.daemon import Daemon, DaemonWorld  # noqa: E402
 from tests.support.newest_runsc import newest_runsc  # noqa: E402
@@ -255,14 +254,6 @@ class Agent(NodeAgent):
             (www / "ok").write_text("ok\n")
             (www / "cgi-bin" / "probe").write_text(CGI)
             (www / "cgi-bin" / "probe").chmod(0o755)
-
-
-def actor_ip(uid: str) -> str:
-    """The actor's address: the /30's .2 beside the worker side's .1 (as the e2e suite
-    finds it: runsc took the actor side's address into its own stack)."""
-    out = subprocess.run(["ip", "-j", "-4", "addr", "show", host_ifname(uid)],
-                         capture_output=True, text=True, check=True)
-    return str(ipaddress.ip_address(json.loads(out.stdout)[0]["addr_info"][0]["local"]) + 1)
 
 
 def fetch(ip: str, path: str, wait: float = 5.0) -> str:

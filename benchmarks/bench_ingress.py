@@ -96,8 +96,8 @@ from turns_actors import REPO  # noqa: F401 (this dir: puts REPO, and tests/, on
 from ateom._proto import ateom_pb2 as pb
 from ateom.daemon.sandbox.state_dir import unmount_under
 from ateom.network import netns_problem
-from ateom.network.addressing import host_ifname
 from ateom.runsc.probe import probe_runsc
+from tests.support.actor_net import actor_ip
 from tests.support.attribution import calls
 from tests.support.attribution import summary as attribution
 from tests.support.certs import ROUTER_ID, Certs, make_certs
@@ -383,16 +383,6 @@ def capable_runsc(given: str | None) -> tuple[str | None, str]:
             return path, info.version
         problems.append(problem)
     return None, "no runsc here gives actors networks: " + "; ".join(problems)
-
-
-def actor_ip(uid: str) -> str:
-    """The actor's address: the /30's .2 beside the worker side's .1 (as
-    tests/daemon/test_e2e_actor_network.py finds it)."""
-    out = subprocess.run(["ip", "-j", "-4", "addr", "show", host_ifname(uid)],
-                         capture_output=True, text=True, check=True)
-    local = json.loads(out.stdout)[0]["addr_info"][0]["local"]
-    head, _, last = local.rpartition(".")
-    return f"{head}.{int(last) + 1}"
 
 
 def web_app(big_mib: int) -> App:

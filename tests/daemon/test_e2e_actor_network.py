@@ -28,8 +28,8 @@ import grpc
 import pytest
 
 from ateom._proto import ateom_pb2 as pb
-from ateom.network.addressing import host_ifname
 from tests.daemon.conftest import _stopped, needs_runsc
+from tests.support.actor_net import actor_ip, fetch_inside
 from tests.support.daemon import RUNSC, Daemon, DaemonWorld
 from tests.support.newest_runsc import newest_runsc
 from tests.support.node_agent import Actor, App, NodeAgent
@@ -52,15 +52,6 @@ def host_links() -> list[str]:
     out = subprocess.run(["ip", "-j", "link"], capture_output=True, text=True, check=True)
     return [link["ifname"] for link in json.loads(out.stdout)
             if re.fullmatch(r"ate[0-9a-f]{12}", link["ifname"])]
-
-
-def actor_ip(daemon: Daemon, uid: str) -> str:
-    """The actor's address: the /30's .2 beside the worker side's .1 (runsc takes the
-    actor side's addresses over into its own network stack, out of the namespace)."""
-    out = subprocess.run(["ip", "-j", "-4", "addr", "show", host_ifname(uid)],
-                         capture_output=True, text=True, check=True)
-    worker_side = ipaddress.ip_address(json.loads(out.stdout)[0]["addr_info"][0]["local"])
-    return str(worker_side + 1)
 
 
 def count(ip: str) -> int:
@@ -89,7 +80,7 @@ def test_an_actor_is_reachable_at_its_address_only_once_ready_and_keeps_it_acros
     a, b = web("web-a"), web("web-b")
     node.run(a)  # answers only once GET /count answered 200
     node.run(b)
-    ip_a, ip_b = actor_ip(daemon, "web-a"), actor_ip(daemon, "web-b")
+    ip_a, ip_b = actor_ip("web-a"), actor_ip("web-b")
     assert ip_a != ip_b and count(ip_a) >= 1
     awake = [e for e in daemon.log_events() if e.get("event") == "actor_awake"]
     assert len(awake) == 2 and all(e["attempts"] >= 1 for e in awake)
@@ -107,7 +98,7 @@ def test_an_actor_is_reachable_at_its_address_only_once_ready_and_keeps_it_acros
     assert not (daemon.run_dir / "netns" / "web-a").exists()
     assert len(host_links()) == 1  # b's only
     node.restore(a, snapshot)
-    ip_a = actor_ip(daemon, "web-a")
+    ip_a = actor_ip("web-a")
     time.sleep(0.3)
     assert count(ip_a) > before  # the same httpd, its counter going on from memory
     node.terminate(a)
@@ -117,16 +108,8 @@ def test_an_actor_is_reachable_at_its_address_only_once_ready_and_keeps_it_acros
 
 def reachable_from(daemon: Daemon, uid: str, url: str) -> bool:
     """Whether busybox wget inside the actor's sandbox fetches `url` (runsc exec)."""
-    root = daemon.run_dir / "actors" / uid
-    try:
-        # No -T: this busybox's wget crashes with it under gVisor; refusals are resets,
-        # at once, and a hang is a failure too.
-        done = subprocess.run([str(NEWEST.path), "--root", str(root), "exec", "app",  # type: ignore[union-attr]
-                               "wget", "-q", "-O", "-", url],
-                              capture_output=True, text=True, timeout=20)
-    except subprocess.TimeoutExpired:
-        return False
-    return done.returncode == 0
+    assert NEWEST is not None
+    return fetch_inside(str(NEWEST.path), daemon.run_dir, uid, url) is not None
 
 
 def test_a_probe_that_never_passes_fails_the_run_naming_it_and_leaves_nothing(

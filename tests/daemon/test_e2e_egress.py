@@ -26,6 +26,7 @@ import pytest
 
 from ateom._proto import ateom_pb2 as pb
 from tests.daemon.conftest import _stopped, needs_runsc
+from tests.support.actor_net import fetch_inside
 from tests.support.certs import Certs, make_certs
 from tests.support.daemon import Daemon, DaemonWorld
 from tests.support.internet import AddressTaken, stand_in_internet
@@ -94,14 +95,8 @@ def egressing(world: DaemonWorld, internet: str, certs: Certs,
 def fetch_from(daemon: Daemon, uid: str, url: str) -> str | None:
     """What busybox wget inside the actor's sandbox fetches from `url`; None when it
     cannot (a reset or a refusal: wget fails at once; a hang is a failure too)."""
-    root = daemon.run_dir / "actors" / uid
-    try:
-        done = subprocess.run([str(NEWEST.path), "--root", str(root), "exec", "app",  # type: ignore[union-attr]
-                               "wget", "-q", "-O", "-", url],
-                              capture_output=True, text=True, timeout=20)
-    except subprocess.TimeoutExpired:
-        return None
-    return done.stdout if done.returncode == 0 else None
+    assert NEWEST is not None
+    return fetch_inside(str(NEWEST.path), daemon.run_dir, uid, url)
 
 
 def worker_address() -> str:

@@ -353,7 +353,7 @@ class Bench:
         actor = Actor(uid, (App("app", APP, wakeup=(PROBE_PATH, 80, 20)),))
         agent.run(actor)
         call = agent.timed.last
-        ip = actor_ip(uid)
+        ip = actor_ip(self.daemons["net"], uid)
         started, first = float(fetch(ip, "/started")), float(fetch(ip, "/first"))
         agent.terminate(actor)
         self.forget(uid)

@@ -457,7 +457,7 @@ def worker(base: Path, runsc: str, big_mib: int, egress_mib: int) -> Iterator[Wo
                    if squid_port else {})
         node.run(web, **gateway)
         stack.callback(node.terminate, web)
-        ip = actor_ip(WEB_UID)
+        ip = actor_ip(daemon, WEB_UID)
         tls = (str(certs.trust), str(certs.router[0]), str(certs.router[1]))
         sandbox = runsc_processes(str(daemon.run_dir / "actors" / WEB_UID))
         try:

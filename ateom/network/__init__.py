@@ -9,24 +9,28 @@ actor reaches nothing of the worker but its egress relay (and that only when
 it has egress), and no other actor.
 
 Read in this order (each module imports only those before it; below the
-daemon: ``ateom.errors``, ``ateom.safefs``, the standard library and pyroute2):
+daemon: ``ateom.errors``, ``ateom.safefs``, the standard library, pyroute2 and
+structlog):
 
 1. `failures`: errors as `AteomError` with a code (FAILED_PRECONDITION when the
    worker cannot, INTERNAL otherwise), `NetworkCleanupError` (what was left).
 2. `addressing`: the address plan and why (pure) — interface names, netns
    paths, `SubnetPool` (a /30 of 169.254.0.0/16 per actor), `ActorNet`.
 3. `firewall`: ``table inet ateom`` as JSON from pure functions, applied by
-   ``nft -j`` (`Nft`, over a `Runner`); set elements in and out.
+   ``nft -j`` (`Nft`, over a `Runner`); actors known by their links' names,
+   the egress set's elements in and out.
 4. `namespace`: the namespace made (on a thread of its own, no fork),
    bind-mounted under ``<run_dir>/netns/``, removed; the sweep's to-do list.
 5. `links`: the veth pair, addresses, routes and IPv6 off, with pyroute2.
 6. `redirect`: `original_destination`, where a redirected connection was going.
-7. `networks`: `ActorNetworks` — `start`, `create`, `remove`, `rearm`, `get`,
+7. `warm`: `WarmPool`, a few networks made ahead of their actors, on a thread
+   of its own.
+8. `networks`: `ActorNetworks` — `start`, `create`, `remove`, `rearm`, `get`,
    `owner`, `stop`.
-8. `wakeup`: the containers' wakeup probes, HTTP GET at the actor's address until
+9. `wakeup`: the containers' wakeup probes, HTTP GET at the actor's address until
    each answers 200 (every attempt and the whole wait bounded).
-9. `runsc_support`: whether a runsc can take over an actor's namespace on this
-   kernel (`netns_problem`).
+10. `runsc_support`: whether a runsc can take over an actor's namespace on this
+    kernel (`netns_problem`).
 """
 
 from ateom.network.addressing import ActorNet, SubnetPool

@@ -1,13 +1,16 @@
 """The address plan: names, one link-local /30 per actor, and `ActorNet` (pure).
 
-Each actor gets a veth pair. The worker side, in the daemon's (the Pod's)
-namespace, is named ``ate`` + the first 12 hex digits of sha256(uid): 15
-characters, Linux's IFNAMSIZ limit, derived from the uid alone so that a
-daemon that crashed can still find (and `remove`) an actor's link by its uid,
-and a fresh one recognise every leftover by its shape. The actor side is
-``eth0`` in the actor's own namespace, bind-mounted at
-``<run_dir>/netns/<uid>`` (ateom's run dir, never /run/netns: `ip netns`
-names must not collide with ours, and the next daemon sweeps that directory).
+Each actor gets a veth pair and a network namespace, both named after the
+index k of its /30 (not after the actor): a network can then be made before
+its actor is known (`ateom.network.warm` keeps a few ready) and handed to
+whichever actor comes next. The worker side, in the daemon's (the Pod's)
+namespace, is ``ate`` + k as 12 decimal digits (15 characters, Linux's
+IFNAMSIZ limit); every link named ``ate*`` is an actor's to the firewall
+(`ateom.network.firewall`), and a fresh daemon sweeps every leftover of the
+shape ``ate`` + 12 hex digits. The actor side is ``eth0`` in the actor's own
+namespace, bind-mounted at ``<run_dir>/netns/net-<k>`` (ateom's run dir, never
+/run/netns: `ip netns` names must not collide with ours, and the next daemon
+sweeps that directory).
 
 Addresses: a distinct /30 per actor, out of 169.254.0.0/16 (link-local, never
 routed beyond a link, so nothing an actor is given can shadow a real
@@ -33,7 +36,7 @@ namespace already routes in 169.254.0.0/16.
 
 from __future__ import annotations
 
-import hashlib
+import dataclasses
 import heapq
 import ipaddress
 import os
@@ -73,9 +76,9 @@ def check_uid(uid: str) -> None:
                          code=ErrorCode.INVALID_ARGUMENT)
 
 
-def host_ifname(uid: str) -> str:
-    """The worker-side veth of `uid`: ``ate`` + 12 hex digits of sha256(uid)."""
-    return HOST_IF_PREFIX + hashlib.sha256(uid.encode()).hexdigest()[:12]
+def host_ifname(k: int) -> str:
+    """The worker-side veth of subnet k: ``ate`` + k as 12 decimal digits."""
+    return f"{HOST_IF_PREFIX}{k:012d}"
 
 
 def is_host_ifname(name: str) -> bool:
@@ -87,8 +90,8 @@ def netns_dir(run_dir: str) -> str:
     return os.path.join(run_dir, NETNS_DIR)
 
 
-def netns_path(run_dir: str, uid: str) -> str:
-    return os.path.join(netns_dir(run_dir), uid)
+def netns_path(run_dir: str, k: int) -> str:
+    return os.path.join(netns_dir(run_dir), f"net-{k}")
 
 
 def subnet(k: int) -> ipaddress.IPv4Network:
@@ -175,7 +178,7 @@ class SubnetPool:
 
 @dataclass(frozen=True, slots=True)
 class ActorNet:
-    """One actor's network, as `ActorNetworks.create` made it."""
+    """One network, as `ActorNetworks` made it; `uid` is "" until an actor has it."""
 
     uid: str
     netns_path: str  # the OCI spec's linux.namespaces {"type": "network", "path": ...}
@@ -195,10 +198,15 @@ class ActorNet:
         return ACTOR_IF
 
 
-def plan(run_dir: str, uid: str, k: int, *, egress: bool) -> ActorNet:
-    """The `ActorNet` of `uid` on subnet k (names and addresses only)."""
+def plan(run_dir: str, k: int) -> ActorNet:
+    """The network on subnet k, no actor's yet (names and addresses only)."""
     net = subnet(k)
-    return ActorNet(uid=uid, netns_path=netns_path(run_dir, uid), host_if=host_ifname(uid),
+    return ActorNet(uid="", netns_path=netns_path(run_dir, k), host_if=host_ifname(k),
                     host_ip=str(net.network_address + 1),
                     actor_ip=str(net.network_address + 2), prefix_len=PREFIX_LEN,
-                    index=k, egress=egress)
+                    index=k, egress=False)
+
+
+def assign(net: ActorNet, uid: str, *, egress: bool) -> ActorNet:
+    """`net` as `uid`'s, with egress or not."""
+    return dataclasses.replace(net, uid=uid, egress=egress)

@@ -58,9 +58,9 @@ def code_for(exc: BaseException) -> ErrorCode:
 
 
 def failure(uid: str | None, obj: str, action: str, exc: BaseException) -> AteomError:
-    """``actor 'uid': <action> <obj>: <reason>`` (no actor part for None), coded by
+    """``actor 'uid': <action> <obj>: <reason>`` (no actor part for None or ""), coded by
     `code_for`; an AteomError is returned as it is."""
     if isinstance(exc, AteomError):
         return exc
-    who = f"actor {quote(uid)}: " if uid is not None else ""
+    who = f"actor {quote(uid)}: " if uid else ""
     return AteomError(f"{who}{action} {obj}: {reason_of(exc)}", code=code_for(exc))

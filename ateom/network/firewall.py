@@ -3,10 +3,13 @@ functions, applied through the ``nft`` binary's JSON input (``nft -j``,
 libnftables-json(5), nftables' documented machine interface; no iptables, no
 strings spliced into a shell or into nft's own language).
 
-Two named sets of interface names: `ACTOR_SET` (every actor's worker-side
-veth) and `EGRESS_SET` (the actors allowed egress). Adding or removing an
-actor only adds or deletes its name in the sets; the rules never change
-while the daemon runs. The chains (inet: IPv4 and IPv6 alike):
+An actor is known by its worker-side link's name: every link named ``ate*``
+(`ateom.network.addressing.HOST_IF_PREFIX`) is an actor's, so the rules cover
+a network from the moment its link exists, and making or removing one that
+has no egress runs no nft at all. One named set, `EGRESS_SET`, holds the
+worker-side links of the actors allowed egress: adding or removing such an
+actor adds or deletes its name there; the rules never change while the
+daemon runs. The chains (inet: IPv4 and IPv6 alike):
 
 - ``prerouting`` (nat, dstnat): TCP from `EGRESS_SET` is redirected to the
   worker's egress relay port (only when one is configured); every other TCP
@@ -14,16 +17,16 @@ while the daemon runs. The chains (inet: IPv4 and IPv6 alike):
   that ``input`` resets it at once whatever the Pod's ``ip_forward`` (with
   forwarding off, a connect to an outside address would otherwise be dropped
   before any filter and time out);
-- ``input`` (filter): from `ACTOR_SET`, a source address not routed back through
+- ``input`` (filter): from an actor, a source address not routed back through
   the interface it came in on (``fib saddr . iif oif missing``: an actor
   spoofing another's address, or any IPv6) is dropped; replies to the worker's
   own connections (established, related) pass; a redirected connection to the
   relay port passes; any other TCP is reset at once; the rest is dropped. An
   actor reaches no listener of the worker but the relay, and that only with
   egress;
-- ``forward`` (filter): from `ACTOR_SET`: the same spoof check, TCP reset, the
-  rest dropped; to `ACTOR_SET`: dropped. Actors reach no other actor and
-  nothing beyond the worker; only the worker's own sockets talk to them.
+- ``forward`` (filter): from an actor: the same spoof check, TCP reset, the
+  rest dropped; to an actor: dropped. Actors reach no other actor and nothing
+  beyond the worker; only the worker's own sockets talk to them.
 
 `Nft` runs the binary through a `Runner` (argv -> exit code, output; the
 daemon's is its reaper's, whose ``waitpid(-1)`` must be the only one: a plain
@@ -39,10 +42,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from ateom.errors import AteomError, ErrorCode, bounded
+from ateom.network.addressing import HOST_IF_PREFIX
 
 FAMILY = "inet"
 TABLE = "ateom"
-ACTOR_SET = "actor_ifaces"
+ACTOR_IFNAMES = HOST_IF_PREFIX + "*"  # nft's wildcard: every name that starts so
 EGRESS_SET = "egress_ifaces"
 PRIO_DSTNAT = -100
 PRIO_FILTER = 0
@@ -84,7 +88,7 @@ def _chain(name: str, kind: str, hook: str, prio: int) -> Command:
                               "hook": hook, "prio": prio, "policy": "accept"}}}
 
 
-_FROM_ACTOR = _match(_meta("iifname"), f"@{ACTOR_SET}")
+_FROM_ACTOR = _match(_meta("iifname"), ACTOR_IFNAMES)
 _FROM_EGRESS = _match(_meta("iifname"), f"@{EGRESS_SET}")
 _TCP = _match(_meta("l4proto"), "tcp")
 _SPOOFED = _match({"fib": {"result": "oif", "flags": ["saddr", "iif"]}}, False)
@@ -116,7 +120,7 @@ def rules(egress_port: int | None) -> list[Command]:
         _rule("forward", _FROM_ACTOR, _SPOOFED, _DROP),
         _rule("forward", _FROM_ACTOR, _TCP, _RESET),
         _rule("forward", _FROM_ACTOR, _DROP),
-        _rule("forward", _match(_meta("oifname"), f"@{ACTOR_SET}"), _DROP),
+        _rule("forward", _match(_meta("oifname"), ACTOR_IFNAMES), _DROP),
     ]
     return cmds
 
@@ -128,9 +132,9 @@ def drop_table() -> list[Command]:
 
 def ruleset(egress_port: int | None) -> list[Command]:
     """The whole table installed afresh: whatever was there is replaced atomically."""
-    sets = [{"add": {"set": {"family": FAMILY, "table": TABLE, "name": name,
-                             "type": "ifname"}}} for name in (ACTOR_SET, EGRESS_SET)]
-    return [*drop_table(), {"add": {"table": _table()}}, *sets, *rules(egress_port)]
+    egress_set = {"add": {"set": {"family": FAMILY, "table": TABLE, "name": EGRESS_SET,
+                                  "type": "ifname"}}}
+    return [*drop_table(), {"add": {"table": _table()}}, egress_set, *rules(egress_port)]
 
 
 def _element(verb: str, set_name: str, ifname: str) -> Command:
@@ -143,15 +147,14 @@ def _absent(set_name: str, ifname: str) -> list[Command]:
     return [_element("add", set_name, ifname), _element("delete", set_name, ifname)]
 
 
-def admit(ifname: str, *, egress: bool) -> list[Command]:
-    """`ifname` into `ACTOR_SET`, and into `EGRESS_SET` exactly when `egress`."""
-    egress_cmds = [_element("add", EGRESS_SET, ifname)] if egress else _absent(EGRESS_SET, ifname)
-    return [_element("add", ACTOR_SET, ifname), *egress_cmds]
+def admit(ifname: str) -> list[Command]:
+    """`ifname` into `EGRESS_SET` (its actor's TCP goes to the relay)."""
+    return [_element("add", EGRESS_SET, ifname)]
 
 
 def expel(ifname: str) -> list[Command]:
-    """`ifname` out of both sets, whether or not it was in them."""
-    return [*_absent(EGRESS_SET, ifname), *_absent(ACTOR_SET, ifname)]
+    """`ifname` out of `EGRESS_SET`, whether or not it was in it."""
+    return _absent(EGRESS_SET, ifname)
 
 
 def document(commands: list[Command]) -> str:

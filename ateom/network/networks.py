@@ -2,17 +2,20 @@
 
 One object per daemon. `start` (once, before any actor) sweeps what a crashed
 daemon left (every ``ate`` + 12 hex link of the worker's namespace, every
-file and mount under ``<run_dir>/netns/``, the whole ``inet ateom`` table) and
-installs the table afresh; `create` gives an actor its namespace, veth pair,
-/30 and set elements (elements first: the interface is filtered from the
-moment it exists); `remove` takes them down again, by names derived from the
-uid, so it also clears what an earlier failed `remove` or a crash left;
-`stop` removes everything. Thread-safe: the bookkeeping is under one lock,
-the netlink and nft work of different actors runs in parallel, and one actor
-is never created and removed at once (FAILED_PRECONDITION).
+file and mount under ``<run_dir>/netns/``, the whole ``inet ateom`` table),
+installs the table afresh and starts the warm pool (`ateom.network.warm`);
+`create` gives an actor a network: a ready one from the pool, else one made
+there and then (a namespace, a veth pair, a /30), and adds its link to the
+egress set when it has egress; `remove` takes it down again; `stop` removes
+everything. Thread-safe: the bookkeeping is under one lock, the netlink and
+nft work of different actors runs in parallel, and one actor is never created
+and removed at once (FAILED_PRECONDITION).
 
-A /30 goes back to the pool only once its worker-side link is known gone: a
-link that could not be deleted keeps its address, and no other actor gets it.
+A /30 goes back to the pool of addresses only once all of its network is
+known gone (the link, the egress element, the namespace): a network that
+could not be taken down whole keeps its /30, so the names derived from it
+(its link, its namespace file, its egress element) are never another actor's,
+and it is tried again at the actor's next `remove` and at `stop`.
 """
 
 from __future__ import annotations
@@ -31,15 +34,15 @@ from ateom.network.addressing import (
     DEFAULT_RESERVED,
     ActorNet,
     SubnetPool,
+    assign,
     check_uid,
-    host_ifname,
     index_of,
     netns_dir,
-    netns_path,
     plan,
 )
 from ateom.network.failures import NetworkCleanupError, failure, reason_of
 from ateom.network.firewall import Nft, Runner
+from ateom.network.warm import WarmPool
 
 
 def find_nft() -> str:
@@ -49,11 +52,13 @@ def find_nft() -> str:
 
 
 class ActorNetworks:
-    """The actors' networks; `runner` runs nft (the daemon's: `reaper_runner`)."""
+    """The actors' networks; `runner` runs nft (the daemon's: `reaper_runner`);
+    `warm`: how many networks to keep made ahead (0: none, each made by its Run)."""
 
     def __init__(self, run_dir: str, *, egress_port: int | None, runner: Runner,
                  nft: str | None = None,
-                 reserved: Iterable[ipaddress.IPv4Network] = DEFAULT_RESERVED) -> None:
+                 reserved: Iterable[ipaddress.IPv4Network] = DEFAULT_RESERVED,
+                 warm: int = 0) -> None:
         if egress_port is not None and not 1 <= egress_port <= 65535:
             raise AteomError(f"egress port {egress_port}: must be 1-65535",
                              code=ErrorCode.INVALID_ARGUMENT)
@@ -61,18 +66,18 @@ class ActorNetworks:
         self.egress_port = egress_port
         self._nft = Nft(runner, nft=nft or find_nft())
         self._pool = SubnetPool(reserved)
+        self.warm = WarmPool(warm, lambda: self._make(""), self._discard)
         self._lock = threading.Lock()
         self._nets: dict[str, ActorNet] = {}
         self._by_index: dict[int, str] = {}
         self._busy: set[str] = set()
-        self._kept: dict[str, int] = {}  # uid -> k whose link could not be deleted
-        self._dirty: set[str] = set()  # uids whose last teardown left something
+        self._left: dict[int, ActorNet] = {}  # k -> a network not all taken down
         self._started = False
 
     def start(self) -> None:
-        """Sweep a previous daemon's leftovers, then install the table afresh.
-        NetworkCleanupError names what could not be swept; the table is installed
-        and `create` works all the same."""
+        """Sweep a previous daemon's leftovers, install the table afresh, start the
+        warm pool. NetworkCleanupError names what could not be swept; the table is
+        installed and `create` works all the same."""
         with self._lock:
             if self._started:
                 raise AteomError("actor networks already started",
@@ -90,11 +95,13 @@ class ActorNetworks:
             raise failure(None, "the worker's routes", "reading", exc) from exc
         with self._lock:
             self._started = True
+        self.warm.start()
         if leftovers:
             raise NetworkCleanupError("sweeping a previous daemon's actor networks", leftovers)
 
     def create(self, uid: str, *, egress: bool) -> ActorNet:
-        """`uid`'s namespace, veth pair, /30 and set elements; undone on failure."""
+        """`uid`'s network (from the warm pool when one is ready), in the egress set
+        when `egress`; whatever was made is undone on failure."""
         check_uid(uid)
         if egress and self.egress_port is None:
             raise AteomError(f"actor {quote(uid)}: egress asked but no egress port is set",
@@ -106,9 +113,35 @@ class ActorNetworks:
             if uid in self._nets or uid in self._busy:
                 raise AteomError(f"actor {quote(uid)}: has a network already",
                                  code=ErrorCode.ALREADY_EXISTS)
-            k = self._pool.allocate()
             self._busy.add(uid)
-        net = plan(self.run_dir, uid, k, egress=egress)
+        try:
+            net = assign(self.warm.take() or self._make(uid), uid, egress=egress)
+        except BaseException:
+            with self._lock:
+                self._busy.discard(uid)
+            raise
+        try:
+            if egress:
+                self._nft.apply(firewall.admit(net.host_if),
+                                what=f"actor {quote(uid)}: adding interface {net.host_if}"
+                                     f" to set {firewall.EGRESS_SET}")
+        except BaseException as exc:
+            self._undo(net, exc)
+            with self._lock:
+                self._busy.discard(uid)
+            raise
+        with self._lock:
+            self._busy.discard(uid)
+            self._nets[uid] = net
+            self._by_index[net.index] = uid
+        return net
+
+    def _make(self, uid: str) -> ActorNet:
+        """A new network on the lowest free /30 ("" for the warm pool's: no actor
+        yet); undone on failure."""
+        with self._lock:
+            k = self._pool.allocate()
+        net = assign(plan(self.run_dir, k), uid, egress=False)
         try:
             self._build(net)
         except Exception as exc:
@@ -121,18 +154,11 @@ class ActorNetworks:
         except BaseException as exc:
             self._undo(net, exc)
             raise
-        with self._lock:
-            self._busy.discard(uid)
-            self._nets[uid] = net
-            self._by_index[k] = uid
         return net
 
     def _build(self, net: ActorNet) -> None:
         if os.path.lexists(net.netns_path) or links.exists(net.host_if):
-            self._clear(net.uid)  # what an earlier failed remove left
-        self._nft.apply(firewall.admit(net.host_if, egress=net.egress),
-                        what=f"actor {quote(net.uid)}: adding interface {net.host_if}"
-                             f" to table {firewall.FAMILY} {firewall.TABLE}")
+            self._clear(net)  # what an earlier failed remove left on this /30
         try:
             sock, ns_fd = namespace.create(self.run_dir, net.netns_path)
         except Exception as exc:
@@ -144,46 +170,53 @@ class ActorNetworks:
             sock.close()
 
     def _undo(self, net: ActorNet, exc: BaseException) -> None:
-        leftovers, link_gone = self._teardown(net.uid)
-        with self._lock:
-            self._busy.discard(net.uid)
-            if link_gone:
-                self._pool.release(net.index)
-            else:
-                self._kept[net.uid] = net.index
-            if leftovers:
-                self._dirty.add(net.uid)
+        leftovers = self._settle(net)
         if leftovers and isinstance(exc, AteomError):
             exc.message += "; undoing it left: " + "; ".join(leftovers)
             exc.args = (exc.message,)
 
-    def _clear(self, uid: str) -> None:
-        leftovers, _ = self._teardown(uid)
+    def _discard(self, net: ActorNet) -> None:
+        """A warm network made after `stop`: taken down (what stays, `stop` named)."""
+        self._settle(net)
+
+    def _settle(self, net: ActorNet) -> list[str]:
+        """Take `net` down; its /30 back to the pool when all of it is gone, else the
+        network kept in `_left` (its /30 held). What is left, with why."""
+        leftovers = self._teardown(net)
+        with self._lock:
+            if leftovers:
+                self._left[net.index] = net
+            else:
+                self._left.pop(net.index, None)
+                self._pool.release(net.index)
+        return leftovers
+
+    def _clear(self, net: ActorNet) -> None:
+        leftovers = self._teardown(net)
         if leftovers:
-            raise NetworkCleanupError(f"actor {quote(uid)}: clearing a previous network",
+            who = f"actor {quote(net.uid)}: " if net.uid else ""
+            raise NetworkCleanupError(f"{who}clearing a previous network on {net.host_if}",
                                       leftovers)
 
-    def _teardown(self, uid: str) -> tuple[list[str], bool]:
-        """Delete `uid`'s link, set elements and namespace, each tried whatever the
-        others did: (what is left, with why; whether the link is gone)."""
-        host_if, path = host_ifname(uid), netns_path(self.run_dir, uid)
+    def _teardown(self, net: ActorNet) -> list[str]:
+        """Delete `net`'s link, egress element (when it may have one) and namespace,
+        each tried whatever the others did: what is left, with why."""
         leftovers: list[str] = []
-        link_gone = True
         try:
-            links.delete(host_if)
+            links.delete(net.host_if)
         except Exception as exc:
-            link_gone = False
-            leftovers.append(f"interface {host_if}: {reason_of(exc)}")
+            leftovers.append(f"interface {net.host_if}: {reason_of(exc)}")
+        if net.egress:
+            try:
+                self._nft.apply(firewall.expel(net.host_if), missing_ok=True,
+                                what=f"removing {net.host_if} from set {firewall.EGRESS_SET}")
+            except AteomError as exc:
+                leftovers.append(f"egress element {net.host_if}: {exc.message}")
         try:
-            self._nft.apply(firewall.expel(host_if), missing_ok=True,
-                            what=f"removing {host_if} from table inet ateom")
-        except AteomError as exc:
-            leftovers.append(f"set elements {host_if}: {exc.message}")
-        try:
-            namespace.remove(self.run_dir, path)
+            namespace.remove(self.run_dir, net.netns_path)
         except Exception as exc:
-            leftovers.append(f"netns {path}: {reason_of(exc)}")
-        return leftovers, link_gone
+            leftovers.append(f"netns {net.netns_path}: {reason_of(exc)}")
+        return leftovers
 
     def remove(self, uid: str) -> None:
         """Take `uid`'s network down; nothing to do when there is none (no nft run,
@@ -195,28 +228,21 @@ class ActorNetworks:
                 raise AteomError(f"actor {quote(uid)}: its network is being created or removed",
                                  code=ErrorCode.FAILED_PRECONDITION)
             net = self._nets.pop(uid, None)
-            k = net.index if net is not None else self._kept.pop(uid, None)
-            if net is None and k is None and uid not in self._dirty:
-                # Removed already (a checkpoint's answer, then its release), or never
-                # made by this process (what a dead one left went in `start`'s sweep).
-                return
-            self._dirty.discard(uid)
             if net is not None:
                 self._by_index.pop(net.index, None)
+            else:
+                # What an earlier remove of this actor could not take down, if anything;
+                # nothing: removed already (a checkpoint's answer, then its release), or
+                # never made by this process (a dead one's went in `start`'s sweep).
+                net = next((n for n in self._left.values() if n.uid == uid), None)
+                if net is None:
+                    return
             self._busy.add(uid)
-        leftovers: list[str] = []
-        link_gone = False
         try:
-            leftovers, link_gone = self._teardown(uid)
+            leftovers = self._settle(net)
         finally:
             with self._lock:
                 self._busy.discard(uid)
-                if k is not None and link_gone:
-                    self._pool.release(k)
-                elif k is not None:
-                    self._kept[uid] = k
-                if leftovers:
-                    self._dirty.add(uid)
         if leftovers:
             raise NetworkCleanupError(f"actor {quote(uid)}", leftovers)
 
@@ -249,16 +275,21 @@ class ActorNetworks:
             return sorted(self._nets.values(), key=lambda n: n.uid)
 
     def stop(self) -> None:
-        """Remove every actor's network, any leftover by its shape, and the table."""
+        """Remove every actor's network, the warm ones, any leftover by its shape,
+        and the table."""
         with self._lock:
             self._started = False
-            uids = sorted({*self._nets, *self._kept, *self._dirty})
+            uids = sorted(self._nets)
         leftovers: list[str] = []
+        for net in self.warm.stop():
+            leftovers += self._settle(net)
         for uid in uids:
             try:
                 self.remove(uid)
             except AteomError as exc:
                 leftovers.append(exc.message)
+        with self._lock:
+            self._left.clear()  # the sweep below takes what they left, or names it
         leftovers += self._sweep()
         try:
             self._nft.apply(firewall.drop_table(), what="deleting table inet ateom")

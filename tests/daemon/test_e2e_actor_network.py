@@ -15,21 +15,24 @@ over on this kernel; Debian's 0.0~20240729 refuses every namespace here, see
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
+import os
 import re
 import socket
 import subprocess
 import time
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import grpc
 import pytest
 
 from ateom._proto import ateom_pb2 as pb
 from tests.daemon.conftest import _stopped, needs_runsc
-from tests.support.actor_net import actor_ip, fetch_inside
+from tests.support.actor_net import actor_ip, actor_network, fetch_inside, link_indexes
 from tests.support.daemon import RUNSC, Daemon, DaemonWorld
 from tests.support.newest_runsc import newest_runsc
 from tests.support.node_agent import Actor, App, NodeAgent
@@ -59,11 +62,11 @@ def count(ip: str) -> int:
         return int(answer.read())
 
 
-@pytest.fixture
-def networked(world: DaemonWorld) -> Iterator[tuple[Daemon, NodeAgent]]:
+@contextlib.contextmanager
+def _networked(world: DaemonWorld, warm: str) -> Iterator[tuple[Daemon, NodeAgent]]:
     assert NEWEST is not None
-    daemon = Daemon(world, str(NEWEST.path), run_dir=world.base / "run-net", networks=True,
-                    max_actors="4")
+    daemon = Daemon(world, str(NEWEST.path), run_dir=world.base / f"run-net-{warm}",
+                    networks=True, max_actors="4", warm_networks=warm)
     node = NodeAgent(f"unix:{daemon.socket}", world.actors_root, world.base / "gcs-net",
                      runsc_path=str(NEWEST.path))
     try:
@@ -71,7 +74,29 @@ def networked(world: DaemonWorld) -> Iterator[tuple[Daemon, NodeAgent]]:
     finally:
         node.close()
         _stopped(daemon)
-    assert not host_links(), "an actor's link outlived the daemon"
+    assert not host_links(), "a link outlived the daemon"
+
+
+@pytest.fixture
+def networked(world: DaemonWorld) -> Iterator[tuple[Daemon, NodeAgent]]:
+    """The daemon as deployed: networks made ahead (--warm-networks' default)."""
+    with _networked(world, "4") as both:
+        yield both
+
+
+@pytest.fixture
+def networked_cold(world: DaemonWorld) -> Iterator[tuple[Daemon, NodeAgent]]:
+    """No network made ahead: every link and namespace seen is an actor's."""
+    with _networked(world, "0") as both:
+        yield both
+
+
+def namespace_id(path: str) -> int | None:
+    """The namespace mounted at `path` (its nsfs inode), None when nothing is there."""
+    try:
+        return os.stat(path).st_ino
+    except FileNotFoundError:
+        return None
 
 
 def test_an_actor_is_reachable_at_its_address_only_once_ready_and_keeps_it_across_a_turn(
@@ -80,7 +105,7 @@ def test_an_actor_is_reachable_at_its_address_only_once_ready_and_keeps_it_acros
     a, b = web("web-a"), web("web-b")
     node.run(a)  # answers only once GET /count answered 200
     node.run(b)
-    ip_a, ip_b = actor_ip("web-a"), actor_ip("web-b")
+    ip_a, ip_b = actor_ip(daemon, "web-a"), actor_ip(daemon, "web-b")
     assert ip_a != ip_b and count(ip_a) >= 1
     awake = [e for e in daemon.log_events() if e.get("event") == "actor_awake"]
     assert len(awake) == 2 and all(e["attempts"] >= 1 for e in awake)
@@ -93,17 +118,29 @@ def test_an_actor_is_reachable_at_its_address_only_once_ready_and_keeps_it_acros
         for target in (f"http://{ip_b}/count", f"http://{gateway}:{port}/"):
             assert not reachable_from(daemon, "web-a", target), target
     before = count(ip_a)
+    net_a, net_b = actor_network(daemon, "web-a"), actor_network(daemon, "web-b")
+    links = link_indexes()
+    a_link, b_link = links[net_a["interface"]], links[net_b["interface"]]
+    a_ns = namespace_id(net_a["netns"])
+    assert a_ns is not None and a_ns != namespace_id(net_b["netns"])
     snapshot = node.checkpoint(a)
-    # Its network went before the answer: no link, no namespace of it.
-    assert not (daemon.run_dir / "netns" / "web-a").exists()
-    assert len(host_links()) == 1  # b's only
+    # Its network went before the answer: neither its link nor its namespace is there
+    # (by index and namespace id: the warm pool may have made new ones of the same
+    # names on the freed /30 since); b's is untouched.
+    links = link_indexes()
+    assert links.get(net_a["interface"]) != a_link and links[net_b["interface"]] == b_link
+    assert namespace_id(net_a["netns"]) != a_ns
     node.restore(a, snapshot)
-    ip_a = actor_ip("web-a")
+    ip_a = actor_ip(daemon, "web-a")
     time.sleep(0.3)
     assert count(ip_a) > before  # the same httpd, its counter going on from memory
+    restored = actor_network(daemon, "web-a")
+    a_link = link_indexes()[restored["interface"]]
     node.terminate(a)
     node.terminate(b)
-    assert not host_links()
+    links = link_indexes()
+    assert links.get(restored["interface"]) != a_link
+    assert links.get(net_b["interface"]) != b_link
 
 
 def reachable_from(daemon: Daemon, uid: str, url: str) -> bool:
@@ -113,8 +150,8 @@ def reachable_from(daemon: Daemon, uid: str, url: str) -> bool:
 
 
 def test_a_probe_that_never_passes_fails_the_run_naming_it_and_leaves_nothing(
-        networked: tuple[Daemon, NodeAgent]) -> None:
-    daemon, node = networked
+        networked_cold: tuple[Daemon, NodeAgent]) -> None:
+    daemon, node = networked_cold
     with pytest.raises(grpc.RpcError) as err:
         node.run(web("never", probe_port=81, timeout=2))
     assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
@@ -123,7 +160,8 @@ def test_a_probe_that_never_passes_fails_the_run_naming_it_and_leaves_nothing(
     assert re.search(r"\(\d+ attempts; last: ", said), said
     status = daemon.inspect.GetStatus(pb.GetStatusRequest(), timeout=30)
     assert not status.actors
-    assert not host_links() and not (daemon.run_dir / "netns" / "never").exists()
+    assert actor_network(daemon, "never")  # it had one, and it is gone:
+    assert not host_links() and os.listdir(daemon.run_dir / "netns") == []
 
 
 def test_a_killed_daemons_networks_are_swept_by_the_next(world: DaemonWorld) -> None:
@@ -134,18 +172,22 @@ def test_a_killed_daemons_networks_are_swept_by_the_next(world: DaemonWorld) -> 
                      runsc_path=str(NEWEST.path))
     try:
         node.run(web("crashed"))
-        assert host_links() and (run_dir / "netns" / "crashed").exists()
+        crashed = Path(actor_network(first, "crashed")["netns"])
+        assert host_links() and crashed.exists() and crashed.parent == run_dir / "netns"
         first.crash()
     finally:
         node.close()
         first.stop()
-    second = Daemon(world, str(NEWEST.path), run_dir=run_dir, networks=True)
+    # The first's actor and its warm networks alike; the second makes none ahead, so
+    # any link or namespace seen would be a leftover.
+    second = Daemon(world, str(NEWEST.path), run_dir=run_dir, networks=True,
+                    warm_networks="0")
     try:
         assert not host_links()
-        assert not (run_dir / "netns" / "crashed").exists()
-        table = subprocess.run(["nft", "-j", "list", "set", "inet", "ateom", "actor_ifaces"],
+        assert os.listdir(run_dir / "netns") == []
+        table = subprocess.run(["nft", "-j", "list", "set", "inet", "ateom", "egress_ifaces"],
                                capture_output=True, text=True, check=True).stdout
-        assert '"elem"' not in table  # the table made afresh, its sets empty
+        assert '"elem"' not in table  # the table made afresh, its set empty
     finally:
         _stopped(second)
 
@@ -182,7 +224,7 @@ def test_debians_runsc_runs_actors_without_a_network_here_and_says_why(
         if not why:
             pytest.skip("this kernel gives Debian's runsc no trouble with namespaces")
         node.run(Actor("plain", (App("app", ("sleep", "1000")),)))  # runs, no network
-        assert not host_links()
+        assert not [e for e in daemon.log_events() if e.get("event") == "actor_network"]
         with pytest.raises(grpc.RpcError) as err:
             node.run(web("probed"))
         assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION

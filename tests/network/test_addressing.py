@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import ipaddress
 import threading
 
@@ -13,6 +12,7 @@ from ateom.network.addressing import (
     DEFAULT_RESERVED,
     MAX_INDEX,
     SubnetPool,
+    assign,
     check_uid,
     host_ifname,
     index_of,
@@ -25,16 +25,17 @@ from ateom.network.addressing import (
 METADATA_K = (169 << 6) | (252 >> 2)  # 169.254.169.252/30 holds 169.254.169.254
 
 
-def test_the_worker_side_is_named_from_the_uid_within_ifnamsiz() -> None:
-    name = host_ifname("actor-1")
-    assert name == "ate" + hashlib.sha256(b"actor-1").hexdigest()[:12]
+def test_the_worker_side_is_named_from_its_subnet_within_ifnamsiz() -> None:
+    assert host_ifname(1) == "ate000000000001" and host_ifname(4242) == "ate000000004242"
+    name = host_ifname(MAX_INDEX)
     assert len(name) == 15 and is_host_ifname(name)
     assert not is_host_ifname("eth0") and not is_host_ifname("ate0123456789xy")  # not hex
     assert not is_host_ifname(name + "0")
+    assert is_host_ifname("ate" + "0123456789ab")  # an older daemon's, swept all the same
 
 
 def test_the_namespace_lives_under_ateom_s_run_dir() -> None:
-    assert netns_path("/run/ateom", "a.b_c-1") == "/run/ateom/netns/a.b_c-1"
+    assert netns_path("/run/ateom", 42) == "/run/ateom/netns/net-42"
 
 
 @pytest.mark.parametrize("uid", ["", "..", "a/b", "-x", "a..b", "x" * 129, "a\0b"])
@@ -58,9 +59,12 @@ def test_subnet_k_follows_the_plan() -> None:
 def test_the_first_actor_gets_the_first_subnet() -> None:
     pool = SubnetPool()
     k = pool.allocate()
-    net = plan("/run/ateom", "a", k, egress=False)
+    net = plan("/run/ateom", k)
     assert (k, net.host_ip, net.actor_ip, net.prefix_len) == (1, "169.254.0.5", "169.254.0.6", 30)
     assert str(net.network) == "169.254.0.4/30" and net.actor_if == "eth0"
+    assert (net.uid, net.egress) == ("", False)  # made ahead: nobody's yet
+    mine = assign(net, "a", egress=True)
+    assert (mine.uid, mine.egress, mine.host_if, mine.index) == ("a", True, net.host_if, 1)
 
 
 def test_the_metadata_subnet_and_k0_are_never_handed_out() -> None:

@@ -11,6 +11,7 @@ import pytest
 
 from ateom.errors import AteomError, ErrorCode
 from ateom.network import firewall
+from ateom.network.addressing import MAX_INDEX, host_ifname
 from ateom.network.firewall import Nft
 from ateom.network.redirect import parse_sockaddr
 
@@ -31,8 +32,8 @@ def test_the_ruleset_replaces_the_table_whole() -> None:
     assert cmds[:3] == [{"add": {"table": table}}, {"delete": {"table": table}},
                         {"add": {"table": table}}]
     sets = [c["add"]["set"] for c in cmds if "set" in c.get("add", {})]
-    assert [(s["name"], s["type"]) for s in sets] == [("actor_ifaces", "ifname"),
-                                                      ("egress_ifaces", "ifname")]
+    # Actors are known by their links' names; only egress needs a set.
+    assert [(s["name"], s["type"]) for s in sets] == [("egress_ifaces", "ifname")]
     chains = _chains(cmds)
     assert {n: (c["type"], c["hook"], c["prio"]) for n, c in chains.items()} == {
         "prerouting": ("nat", "prerouting", -100),
@@ -44,7 +45,7 @@ def test_the_ruleset_replaces_the_table_whole() -> None:
     assert '{"redirect": {"port": 15001}}' in redirect[0]
     # Every other actor connection is made the worker's own, so input resets it at once
     # whatever the Pod's ip_forward.
-    assert '"@actor_ifaces"' in redirect[1] and '{"redirect": null}' in redirect[1]
+    assert '"ate*"' in redirect[1] and '{"redirect": null}' in redirect[1]
 
 
 def test_input_lets_an_actor_reach_only_replies_and_the_relay() -> None:
@@ -54,27 +55,32 @@ def test_input_lets_an_actor_reach_only_replies_and_the_relay() -> None:
     assert '["established", "related"]' in rules[1] and '"accept"' in rules[1]
     assert '"dnat"' in rules[2] and "15001" in rules[2] and "@egress_ifaces" in rules[2]
     assert '"tcp reset"' in rules[3]
-    assert rules[4].endswith('{"drop": null}]') and "@actor_ifaces" in rules[4]
+    assert rules[4].endswith('{"drop": null}]') and '"ate*"' in rules[4]
 
 
 def test_without_an_egress_port_nothing_is_redirected_to_a_relay_or_let_in() -> None:
     cmds = firewall.ruleset(None)
     [redirect] = _rules(cmds, "prerouting")
-    assert '"@actor_ifaces"' in redirect and '{"redirect": null}' in redirect
+    assert '"ate*"' in redirect and '{"redirect": null}' in redirect
     assert not any("egress_ifaces" in r or "dnat" in r for r in _rules(cmds, "input"))
     assert len(_rules(cmds, "forward")) == 4
 
 
-def test_set_elements_are_added_and_deleted_idempotently() -> None:
-    def elems(cmds: list[firewall.Command]) -> list[tuple[str, str]]:
-        return [(verb, body["element"]["name"]) for c in cmds for verb, body in c.items()]
+def test_egress_elements_are_added_and_deleted_idempotently() -> None:
+    def elems(cmds: list[firewall.Command]) -> list[tuple[str, str, list[str]]]:
+        return [(verb, body["element"]["name"], body["element"]["elem"])
+                for c in cmds for verb, body in c.items()]
 
-    assert elems(firewall.admit("ate0", egress=True)) == [("add", "actor_ifaces"),
-                                                          ("add", "egress_ifaces")]
-    assert elems(firewall.admit("ate0", egress=False)) == [
-        ("add", "actor_ifaces"), ("add", "egress_ifaces"), ("delete", "egress_ifaces")]
-    assert elems(firewall.expel("ate0")) == [("add", "egress_ifaces"), ("delete", "egress_ifaces"),
-                                             ("add", "actor_ifaces"), ("delete", "actor_ifaces")]
+    assert elems(firewall.admit("ate0")) == [("add", "egress_ifaces", ["ate0"])]
+    assert elems(firewall.expel("ate0")) == [("add", "egress_ifaces", ["ate0"]),
+                                             ("delete", "egress_ifaces", ["ate0"])]
+
+
+def test_every_actor_rule_matches_the_links_named_as_actors() -> None:
+    # The wildcard and the address plan's names agree: what the firewall covers is
+    # exactly what `links` makes and the sweep takes.
+    assert firewall.ACTOR_IFNAMES == "ate*"
+    assert all(host_ifname(k).startswith(firewall.ACTOR_IFNAMES[:-1]) for k in (1, MAX_INDEX))
 
 
 class FakeRunner:

@@ -4,6 +4,7 @@ seen from the worker and from inside an actor. Root and nft, or skipped."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import socket
@@ -31,6 +32,7 @@ from tests.network.conftest import (
     table_sets,
     worker_links,
 )
+from tests.support.actor_net import link_indexes
 
 pytestmark = [needs_root_and_nft, pytest.mark.root, pytest.mark.usefixtures("worker_netns")]
 
@@ -41,7 +43,7 @@ AT_ONCE = 0.5
 def test_a_network_has_its_namespace_pair_addresses_and_route(networks: ActorNetworks) -> None:
     net = networks.create("actor-a", egress=False)
     assert os.path.realpath(net.netns_path).startswith(os.path.realpath(networks.run_dir))
-    assert net.netns_path.endswith("/netns/actor-a")
+    assert net.netns_path.endswith(f"/netns/net-{net.index}") and net.host_if == host_ifname(1)
     assert os.stat(net.netns_path).st_ino != os.stat("/proc/self/ns/net").st_ino
     addrs = {a["ifname"]: a for a in json.loads(run_in(net.netns_path, "ip", "-j", "addr"))}
     assert set(addrs) == {"lo", "eth0"}
@@ -77,12 +79,12 @@ def test_the_ruleset_reads_as_intended(networks: ActorNetworks, egress_port: int
     lines = [" ".join(line.split()) for line in text.splitlines()]
     for rule in [
         f"iifname @egress_ifaces meta l4proto tcp redirect to :{egress_port}",
-        "iifname @actor_ifaces fib saddr . iif oif missing drop",
-        "iifname @actor_ifaces ct state established,related accept",
+        'iifname "ate*" fib saddr . iif oif missing drop',
+        'iifname "ate*" ct state established,related accept',
         f"iifname @egress_ifaces ct status dnat tcp dport {egress_port} accept",
-        "iifname @actor_ifaces meta l4proto tcp reject with tcp reset",
-        "iifname @actor_ifaces drop",
-        "oifname @actor_ifaces drop",
+        'iifname "ate*" meta l4proto tcp reject with tcp reset',
+        'iifname "ate*" drop',
+        'oifname "ate*" drop',
     ]:
         assert rule in lines, text
 
@@ -198,8 +200,8 @@ def test_remove_leaves_nothing_and_is_idempotent(networks: ActorNetworks) -> Non
     assert a.host_if not in worker_links() and b.host_if in worker_links()
     assert not os.path.lexists(a.netns_path)
     assert [os.path.basename(p) for p in mounts_under(Path(networks.run_dir) / "netns")] == [
-        "actor-b"]
-    assert table_sets() == {"actor_ifaces": {b.host_if}, "egress_ifaces": set()}
+        f"net-{b.index}"]
+    assert table_sets() == {"egress_ifaces": set()}
     assert networks.get("actor-a") is None and networks.owner(a.actor_ip) is None
     assert networks.create("actor-c", egress=False).index == a.index  # its /30 is free again
 
@@ -247,7 +249,7 @@ def test_a_crashed_daemons_networks_are_swept_by_the_next_start(
         assert not any(n.startswith("ate") and len(n) == 15 for n in worker_links())
         assert mounts_under(Path(run_dir) / "netns") == []
         assert os.listdir(Path(run_dir) / "netns") == []
-        assert table_sets() == {"actor_ifaces": set(), "egress_ifaces": set()}
+        assert table_sets() == {"egress_ifaces": set()}
         again = second.create("crash-a", egress=False)
         assert again.index == nets[0].index
     finally:
@@ -268,26 +270,29 @@ def test_a_failed_create_is_undone(networks: ActorNetworks,
     with pytest.raises(AteomError, match="injected failure"):
         networks.create("actor-x", egress=True)
     monkeypatch.undo()
-    assert host_ifname("actor-x") not in worker_links()
-    assert not os.path.lexists(os.path.join(networks.run_dir, "netns", "actor-x"))
+    assert host_ifname(1) not in worker_links()
+    assert os.listdir(os.path.join(networks.run_dir, "netns")) == []
     assert mounts_under(Path(networks.run_dir) / "netns") == []
-    assert table_sets() == {"actor_ifaces": set(), "egress_ifaces": set()}
+    assert table_sets() == {"egress_ifaces": set()}
     assert networks.get("actor-x") is None
     assert networks.create("actor-y", egress=False).index == 1  # the /30 was given back
 
 
 def test_what_cannot_be_removed_is_named(networks: ActorNetworks) -> None:
     # A directory where the namespace file goes: neither unmounted nor unlinked.
-    os.makedirs(os.path.join(networks.run_dir, "netns", "actor-x", "in-the-way"))
+    # (The first network is subnet 1's.)
+    os.makedirs(os.path.join(networks.run_dir, "netns", "net-1", "in-the-way"))
     with pytest.raises(AteomError) as info:
         networks.create("actor-x", egress=False)
     assert "actor-x" in info.value.message and "EISDIR" in info.value.message
     with pytest.raises(NetworkCleanupError) as removing:
         networks.remove("actor-x")
-    assert [f for f in removing.value.leftovers if "netns" in f and "actor-x" in f]
-    os.rmdir(os.path.join(networks.run_dir, "netns", "actor-x", "in-the-way"))
-    os.rmdir(os.path.join(networks.run_dir, "netns", "actor-x"))
+    assert "actor-x" in str(removing.value)
+    assert [f for f in removing.value.leftovers if "net-1" in f]
+    os.rmdir(os.path.join(networks.run_dir, "netns", "net-1", "in-the-way"))
+    os.rmdir(os.path.join(networks.run_dir, "netns", "net-1"))
     networks.remove("actor-x")
+    assert networks.create("actor-y", egress=False).index == 1  # held until all of it went
 
 
 def test_start_without_nft_is_a_precondition(tmp_path: Path) -> None:
@@ -305,8 +310,7 @@ def test_actors_are_created_and_removed_in_parallel(networks: ActorNetworks) -> 
         made = list(pool.map(lambda u: networks.create(u, egress=u.endswith(("0", "2"))), uids))
     assert sorted(n.index for n in made) == list(range(1, 7))
     assert len({n.host_if for n in made}) == 6 and set(networks.actors()) == set(made)
-    assert table_sets() == {"actor_ifaces": {n.host_if for n in made},
-                            "egress_ifaces": {made[0].host_if, made[2].host_if}}
+    assert table_sets() == {"egress_ifaces": {made[0].host_if, made[2].host_if}}
     with ThreadPoolExecutor(len(uids)) as pool:
         list(pool.map(networks.remove, uids))
     assert not {n.host_if for n in made} & worker_links() and networks.actors() == []
@@ -374,3 +378,73 @@ def test_link_local_addresses_the_worker_already_uses_are_never_handed_out(
         assert nets.create("actor-a", egress=False).index == 4  # not 1, 2 or 3
     finally:
         nets.stop()
+
+
+def test_an_actor_without_egress_costs_no_nft_run(networks: ActorNetworks) -> None:
+    # Its link is the firewall's by name from the moment it exists: no element to add
+    # on the way in, none to delete on the way out.
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(networks._nft, "apply", lambda *a, **k: pytest.fail("nft ran"))
+        net = networks.create("actor-a", egress=False)
+        networks.remove("actor-a")
+    assert net.host_if not in worker_links()
+
+
+def test_warm_networks_are_made_ahead_taken_by_actors_and_made_again(
+        tmp_path: Path, egress_port: int) -> None:
+    nets = ActorNetworks(str(tmp_path / "run"), egress_port=egress_port,
+                         runner=subprocess_runner, warm=2)
+    nets.start()
+    try:
+        assert nets.warm.wait_full(10)
+        before = link_indexes()
+        waiting = sorted(n for n in before if n.startswith("ate"))
+        assert waiting == [host_ifname(1), host_ifname(2)]
+        assert len(mounts_under(Path(nets.run_dir) / "netns")) == 2
+        a = nets.create("actor-a", egress=True)
+        # The oldest ready one, the very link made ahead (same ifindex), now a's, with
+        # its egress element; the actor side configured as for a network made on the spot.
+        assert (a.uid, a.host_if, a.egress) == ("actor-a", host_ifname(1), True)
+        assert link_indexes()[a.host_if] == before[a.host_if]
+        assert table_sets() == {"egress_ifaces": {a.host_if}}
+        assert f"inet {a.actor_ip}/30" in run_in(a.netns_path, "ip", "addr", "show", "eth0")
+        assert f"default via {a.host_ip} dev eth0" in run_in(a.netns_path, "ip", "route")
+        with socket_in(a.netns_path) as sock, listener(socket.socket(), egress_port) as relay:
+            assert connect(sock, ("192.0.2.1", 443)).outcome == "connected"
+            relay.accept()[0].close()
+        assert nets.warm.wait_full(10)  # made again, on the next free /30
+        assert host_ifname(3) in link_indexes() and nets.warm.made == 3
+        nets.remove("actor-a")
+        assert a.host_if not in link_indexes() and table_sets() == {"egress_ifaces": set()}
+    finally:
+        nets.stop()
+    assert not [n for n in link_indexes() if n.startswith("ate")]
+    assert mounts_under(Path(tmp_path / "run" / "netns")) == [] and table_sets() is None
+
+
+def test_a_warm_network_that_cannot_be_made_is_retried_and_runs_go_on(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = links.build
+    iota = iter(range(2))
+
+    def fails_twice(net: ActorNet, sock: socket.socket, ns_fd: int) -> None:
+        if next(iota, None) is not None:
+            raise OSError(errno.ENOBUFS, "injected")
+        real(net, sock, ns_fd)
+
+    monkeypatch.setattr(links, "build", fails_twice)
+    nets = ActorNetworks(str(tmp_path / "run"), egress_port=None, runner=subprocess_runner,
+                         warm=1)
+    nets.start()
+    try:
+        # Both failures undone (nothing of them left), then made after 0.5 s and 1 s.
+        assert nets.warm.wait_full(10) and nets.warm.failed == 2
+        assert next(iota, None) is None
+        assert [n for n in link_indexes() if n.startswith("ate")] == [host_ifname(1)]
+        assert len(mounts_under(Path(nets.run_dir) / "netns")) == 1
+        a = nets.create("actor-a", egress=False)
+        b = nets.create("actor-b", egress=False)  # the pool empty: made on the spot
+        assert {a.index, b.index} == {1, 2} and a.host_if in link_indexes()
+    finally:
+        nets.stop()
+    assert not [n for n in link_indexes() if n.startswith("ate")]

@@ -3,22 +3,36 @@ its address, and a fetch made from inside its sandbox."""
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import subprocess
 from pathlib import Path
+from typing import Any, Protocol
 
-from ateom.network.addressing import host_ifname
+
+class Logged(Protocol):
+    def log_events(self) -> list[dict[str, Any]]: ...
 
 
-def actor_ip(uid: str) -> str:
-    """The actor's address: the /30's .2 beside the worker side's .1 (runsc takes the
-    actor side's addresses over into its own network stack, out of the namespace, so
-    the worker side's is the one left to read)."""
-    out = subprocess.run(["ip", "-j", "-4", "addr", "show", host_ifname(uid)],
-                         capture_output=True, text=True, check=True)
-    worker_side = ipaddress.ip_address(json.loads(out.stdout)[0]["addr_info"][0]["local"])
-    return str(worker_side + 1)
+def actor_network(daemon: Logged, uid: str) -> dict[str, Any]:
+    """The daemon's ``actor_network`` line of the actor's last Run or Restore: its
+    ``interface``, ``address`` and ``netns`` (named by their /30, not by the actor)."""
+    said = [e for e in daemon.log_events()
+            if e.get("event") == "actor_network" and e.get("actor_uid") == uid]
+    if not said:
+        raise AssertionError(f"the daemon said no actor_network for {uid!r}")
+    return said[-1]
+
+
+def actor_ip(daemon: Logged, uid: str) -> str:
+    """The actor's address, as the daemon said it at its last Run or Restore."""
+    return str(actor_network(daemon, uid)["address"])
+
+
+def link_indexes() -> dict[str, int]:
+    """Each link of this namespace and its ifindex: a link taken down and one made
+    again under the same name (the warm pool's, on a freed /30) differ by index."""
+    out = subprocess.run(["ip", "-j", "link"], capture_output=True, text=True, check=True)
+    return {link["ifname"]: link["ifindex"] for link in json.loads(out.stdout)}
 
 
 def fetch_inside(runsc: str, run_dir: Path, uid: str, url: str,

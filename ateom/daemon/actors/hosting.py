@@ -84,7 +84,12 @@ class Hosting:
         if self.networks is None:
             return None
         with phase("network.create"):
-            return self.networks.create(uid, egress=egress)
+            net = self.networks.create(uid, egress=egress)
+        # Links and namespaces are named by their /30, not the actor: this line is
+        # how an operator (and `ip link`) tells whose a link is.
+        log.info("actor_network", interface=net.host_if, address=net.actor_ip,
+                 netns=net.netns_path, egress=egress)
+        return net
 
     def remove_network(self, uid: str) -> None:
         """The actor's network taken down (idempotent). What could not be removed is

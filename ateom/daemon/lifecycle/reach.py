@@ -72,6 +72,16 @@ class Reach:
             self.network_problem = f"actors' networks cannot be made here: {exc}"
             log.error("networks_unavailable", error=str(exc))
 
+    def stop_networks(self) -> None:
+        """At shutdown, once the actors are gone: the warm networks, anything left and
+        the table removed. What could not be is said (the next start sweeps it)."""
+        if self.networks is None or self.network_problem:
+            return
+        try:
+            self.networks.stop()
+        except AteomError as exc:
+            log.error("network_left_behind", error=str(exc))
+
     def start_dataplane(self) -> None:
         """The data plane (ingress, CONNECT, egress) for the --atunnel-* addresses given,
         as a child process of its own; none when none is given (spawns a process)."""

@@ -115,8 +115,8 @@ class AteomService:
                                       bundles_root=bundles_root(config.run_dir))
         self.bundles = BundleStore(config.actors_root, config.run_dir)
         self.networks = ActorNetworks(
-            config.run_dir, egress_port=config.egress_port,
-            runner=reaper_runner(self.reaper)) if config.actor_networks else None
+            config.run_dir, egress_port=config.egress_port, runner=reaper_runner(self.reaper),
+            warm=config.warm_networks) if config.actor_networks else None
         self.hosting = Hosting(config, self.reaper, self.bundles, self.injector, self.actors,
                                self.networks)
         self.reach = Reach(config, self.networks, self.reaper)

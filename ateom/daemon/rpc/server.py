@@ -375,6 +375,7 @@ def serve(config: DaemonConfig, service: AteomService | None = None) -> int:
     running.set_serving(False)
     service.drain(config.shutdown_grace)
     service.reach.stop_dataplane()
+    service.reach.stop_networks()
     running.stop(grace=1.0)
     service.janitor.stop()
     for server in (metrics_server, readyz):

@@ -2,7 +2,8 @@
 """Benchmark: what an actor's own network costs Run, Checkpoint, Restore and Terminate.
 
     python benchmarks/bench_actor_network.py [--runsc PATH] [-n 100] [--quick]
-                                             [--steps 100] [--keep]          (as root)
+                                             [--steps 100] [--keep]
+                                             [--warm-networks N]             (as root)
 
 Issue 38's "Measured": the network's set-up and removal inside Run, Checkpoint and
 Restore (target: the network adds at most 10 ms to a Run), and how long after the
@@ -16,7 +17,8 @@ names the runsc.
 
 Two `ateom serve` on one world (`tests.support.daemon`), same runsc, each with a
 run dir and socket of its own: "net" with runsc's default network (each actor gets
-its namespace, veth pair, /30 and nftables elements: `ateom.network`) and "none"
+its namespace, veth pair and /30, `ateom.network`, taken from the daemon's warm pool:
+``--warm-networks``, its default unless given) and "none"
 with ``--runsc-global-flag=--network=none``. Driven as the node agent drives ateom
 (`tests.support.node_agent`): fresh dirs and bundles before a Run or Restore, the
 snapshot's files moved out on a Checkpoint's answer. Each call is timed around its
@@ -45,8 +47,9 @@ daemons, `tests.support.attribution`, and for Terminate the ``runsc state`` poll
 its grace loop, from the actors' runsc logs); the wakeup figures and the probe's
 attempts.
 Then, with both daemons stopped, `--steps` rounds of the daemon's own
-`ActorNetworks.create`/`remove` in this process, each step timed (nft, the
-namespace, the veth pair and addresses, their removal): what dominates. Last, one
+`ActorNetworks.create`/`remove` in this process, each step timed (the namespace,
+the veth pair and addresses, their removal), and of a create from a full warm pool:
+what dominates. Last, one
 JSON line with every figure.
 
 A round in which a call fails, or a daemon takes one of the round's actors for
@@ -302,7 +305,7 @@ class Probed:
 
 
 class Bench:
-    def __init__(self, base: Path, runsc: str) -> None:
+    def __init__(self, base: Path, runsc: str, warm: str | None) -> None:
         self.base = base
         self.world = DaemonWorld(base)
         self.daemons: dict[str, Daemon] = {}
@@ -310,8 +313,9 @@ class Bench:
         self.tails: dict[str, LogTail] = {}
         for side in SIDES:
             # Only the runsc global flag differs: "net" leaves runsc's default network.
+            extra = {"warm_networks": warm} if side == "net" and warm is not None else {}
             self.daemons[side] = Daemon(self.world, runsc, run_dir=base / f"run-{side}",
-                                        networks=side == "net", max_actors="4")
+                                        networks=side == "net", max_actors="4", **extra)
             self.agents[side] = Agent(f"unix:{self.daemons[side].socket}",
                                       self.world.actors_root, base / f"gcs-{side}",
                                       runsc_path=runsc)
@@ -444,8 +448,7 @@ def steps(base: Path, rounds: int) -> dict[str, dict[str, float]]:
     # Per pid: this process is no subreaper (its daemons were subprocess.Popen children).
     reaper = Reaper().start(reap_all=False)
     run_nft = reaper_runner(reaper)
-    nets = ActorNetworks(str(base / "run-steps"), egress_port=None,
-                         runner=timed("nft (spawn + run)", run_nft))
+    nets = ActorNetworks(str(base / "run-steps"), egress_port=None, runner=run_nft)
     patched = [(net_namespace, "create", "namespace create (unshare, bind mount)"),
                (net_links, "build", "veth pair, addresses, routes (netlink)"),
                (net_links, "delete", "veth pair delete (netlink)"),
@@ -464,12 +467,26 @@ def steps(base: Path, rounds: int) -> dict[str, dict[str, float]]:
             started = time.perf_counter()
             nets.remove(uid)
             spans["remove (total)"].append(time.perf_counter() - started)
-        # Two nft runs per round: one in create (admit), one in remove (expel).
-        return {name: stats_ms(values) for name, values in spans.items()}
+        # No nft run: an actor without egress is the firewall's by its link's name.
     finally:
         for module, attr, original in originals:
             setattr(module, attr, original)
         nets.stop()
+    # The same, the network taken from a full warm pool (as a daemon's Run takes it).
+    warm = ActorNetworks(str(base / "run-steps"), egress_port=None, runner=run_nft, warm=1)
+    warm.start()
+    try:
+        for i in range(rounds):
+            if not warm.warm.wait_full(10):
+                raise RuntimeError("the warm pool did not fill within 10 s")
+            uid = f"warm-{i}"
+            started = time.perf_counter()
+            warm.create(uid, egress=False)
+            spans["create from the warm pool (total)"].append(time.perf_counter() - started)
+            warm.remove(uid)
+    finally:
+        warm.stop()
+    return {name: stats_ms(values) for name, values in spans.items()}
 
 
 # -- main ----------------------------------------------------------------------------
@@ -504,6 +521,9 @@ def main() -> int:
                         help="in-process create+remove rounds, step by step [100]; 0: none")
     parser.add_argument("--quick", action="store_true", help="5 rounds, 5 steps")
     parser.add_argument("--keep", action="store_true", help="keep the work dir (daemon logs)")
+    parser.add_argument("--warm-networks", metavar="N",
+                        help="the net daemon's --warm-networks [its default]; 0: each"
+                             " network made by its call")
     args = parser.parse_args()
     if args.n < 1 or args.steps < 0:
         parser.error("-n must be at least 1, --steps at least 0")
@@ -529,7 +549,7 @@ def main() -> int:
     subprocess.run(["ip", "link", "set", "lo", "up"], check=True, timeout=10)
     print(f"runsc: {runsc} ({version})")
     base = Path(tempfile.mkdtemp(prefix="ateom-bench-net-"))
-    bench = Bench(base, runsc)
+    bench = Bench(base, runsc, args.warm_networks)
     try:
         bench.warm_up()
         started = time.perf_counter()

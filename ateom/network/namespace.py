@@ -1,4 +1,4 @@
-"""An actor's network namespace: made, bind-mounted at ``<run_dir>/netns/<uid>``,
+"""An actor's network namespace: made, bind-mounted at ``<run_dir>/netns/net-<k>``,
 unmounted and removed; and the sweep of what a crashed daemon left there.
 
 Why not `pyroute2.netns.create` (or `IPRoute(netns=...)`, which calls it):

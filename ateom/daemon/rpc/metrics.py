@@ -88,7 +88,7 @@ PHASES = (
     "image.discard",  # the consumed restore image removed, before the Restore answers
     "volumes.capture",  # the durable-dir volumes' tars written into the checkpoint dir
     "volumes.restore",  # the durable-dir volumes emptied and filled from the snapshot
-    "network.create",  # the actor's netns, veth pair, addresses and nftables elements
+    "network.create",  # the actor's netns, veth pair, addresses: warm or made; egress element
     "network.remove",  # ... and all of it gone (a teardown, or a checkpoint's release)
     "wakeup",  # a Run/Restore with a wakeup probe: until the probe's first success
     "runsc.pause",  # a DATA snapshot: the sandbox frozen for the capture

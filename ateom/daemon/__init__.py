@@ -29,7 +29,8 @@ import-graph test holds every package of ateom to a layering without cycles):
    `starts` (the Run and Restore calls in
    flight, which a checkpointed actor's cleanup lets go first), `admission`
    (may a call start; the drain), `hosting` (a planned sandbox put up and
-   taken down), `stats`.
+   taken down), `stats`, `sampling` (every actor's latest stats, taken in the
+   background).
 5. `gpus`: the GPU side of an actor's life — `lifecycle` (which GPUs at Run
    and Restore, what a checkpoint saves), `placement` (the Pod's GPUs booked per
    actor over `ateom.gpuinfo.placement`), `checkpoint_policy` (**where a GPU

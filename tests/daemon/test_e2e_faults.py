@@ -336,6 +336,7 @@ def test_terminate_of_a_wedged_sandbox_ends_within_the_grace_and_holds_no_one_up
     pids = runsc_processes(str(daemon.run_dir / "actors" / wedged))
     for pid in pids:
         os.kill(pid, signal.SIGSTOP)  # a wedged sentry, a frozen cgroup
+    stopped_ns = time.time_ns()
     try:
         started = time.monotonic()
         err = refused(lambda: daemon.stub.GetWorkloadStats(
@@ -345,9 +346,16 @@ def test_terminate_of_a_wedged_sandbox_ends_within_the_grace_and_holds_no_one_up
         assert "events --stats" in said and wedged in said and "3 s" in said, said
         # Another actor's calls are not held up by it.
         memory_of(daemon, other)
+        # The discovery read answers at once, from the background samples: both actors,
+        # the wedged one not measured, or measured before it was stopped (its age said).
+        asked = time.monotonic()
         active = daemon.stub.GetActiveWorkloadStats(pb.GetActiveWorkloadStatsRequest(),
                                                     timeout=30)
-        assert [s.actor_uid for s in active.samples] == [other]
+        assert time.monotonic() - asked < 1.0
+        by_uid = {s.actor_uid: s for s in active.samples}
+        assert set(by_uid) == {wedged, other}
+        assert (by_uid[wedged].source == pb.STATS_SOURCE_UNSPECIFIED
+                or by_uid[wedged].observed_at_unix_nano < stopped_ns), by_uid[wedged]
         assert time.monotonic() - started < 15
         started = time.monotonic()
         daemon.stub.TerminateWorkload(pb.TerminateWorkloadRequest(actor_uid=wedged), timeout=60)

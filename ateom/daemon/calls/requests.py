@@ -180,3 +180,4 @@ class StatsSample:
     cpu_usage_usec: int
     observed_at_unix_nano: int
     epoch_unix_nano: int
+    measured: bool = True  # False: no numbers to give yet (the figures above are 0)

@@ -72,6 +72,7 @@ class DaemonConfig:
     runsc_global_flags: tuple[str, ...] = ()
     max_actors: int = 1
     warm_networks: int = 4
+    stats_interval: float = 10.0
     node: NodeSettings = field(default_factory=NodeSettings)
     gpu: GpuSettings = field(default_factory=GpuSettings)
     shutdown_grace: float = 10.0
@@ -172,6 +173,8 @@ _FLAGS: tuple[tuple[str, str, str, object, str], ...] = (
     ("--runsc-global-flag", RUNSC_GLOBAL_FLAGS_ENV, "list-space", (),
      "global runsc flag added to every call (repeatable), e.g. --network=none"),
     ("--max-actors", "ATEOM_MAX_ACTORS", "int", 1, "actors hosted at once"),
+    ("--stats-interval", "ATEOM_STATS_INTERVAL", "float", 10.0,
+     "seconds between two background stats samples of one actor (GetActiveWorkloadStats)"),
     ("--warm-networks", "ATEOM_WARM_NETWORKS", "int", 4,
      "actor networks kept made ahead of the Runs and Restores that take them (0: none)"),
     ("--spec-dir", SPEC_DIRS_ENV, "list-colon", DEFAULT_SPEC_DIRS,
@@ -414,6 +417,8 @@ def check_config(config: DaemonConfig,
         raise bad(f"{said('--actors-root', config.actors_root)}: must be an absolute path")
     if config.max_actors < 1:
         raise bad(f"{said('--max-actors', config.max_actors)}: must be >= 1")
+    if not 0.1 <= config.stats_interval <= 3600:
+        raise bad(f"{said('--stats-interval', config.stats_interval)}: must be 0.1-3600")
     if not 0 <= config.warm_networks <= 64:
         raise bad(f"{said('--warm-networks', config.warm_networks)}: must be 0-64")
     for flag, grace in (("--shutdown-grace", config.shutdown_grace),

@@ -30,8 +30,9 @@ import structlog
 from ateom.daemon.actors import stats
 from ateom.daemon.actors.admission import Admission
 from ateom.daemon.actors.hosting import Hosting
+from ateom.daemon.actors.sampling import StatsSampler
 from ateom.daemon.actors.succession import yielders_of
-from ateom.daemon.actors.table import Actor, ActorTable, Op, Phase
+from ateom.daemon.actors.table import Actor, ActorTable, Op
 from ateom.daemon.bundles.catalog import DeviceCatalog
 from ateom.daemon.bundles.plan import CdiInjector, Injector, SandboxPlan, SandboxPlanner
 from ateom.daemon.bundles.store import BundleStore, bundles_root
@@ -125,6 +126,8 @@ class AteomService:
         self.gpus = GpuActors(pool, config.node, config.gpu, actors_root=config.actors_root,
                               environ=self.environ, reaper=self.reaper)
         self.releases = Releases(self.hosting, self.gpus, self.actors)
+        self.sampler = StatsSampler(self.actors, stats.actor_stats,
+                                    interval=config.stats_interval)
         self.checkpoints = Checkpoints(config, self.gpus, self.releases)
         # Read once, as Substrate's workers do: the Pod is not resized in place.
         self.capacity = read_capacity(config.capacity_dir)
@@ -370,20 +373,17 @@ class AteomService:
     # -- stats -------------------------------------------------------------------
 
     def workload_stats(self, uid: str) -> StatsSample:
+        """The verified read: asked of runsc now (and kept as the actor's latest)."""
         with self.admission.slot(f"stats of actor {uid}"):
-            return stats.actor_stats(self.actors.get(uid), uid)
+            actor = self.actors.get(uid)
+            sample = stats.actor_stats(actor, uid)
+        if actor is not None:
+            self.sampler.keep(actor, sample)
+        return sample
 
     def active_workload_stats(self) -> list[StatsSample]:
-        samples = []
-        with self.admission.slot("stats of all actors"):
-            for actor in self.actors.snapshot():
-                if actor.phase is not Phase.RUNNING:
-                    continue
-                try:
-                    samples.append(stats.actor_stats(actor, actor.ref.actor_uid))
-                except AteomError as exc:
-                    log.info("stats_skipped", actor_uid=actor.ref.actor_uid, reason=str(exc))
-        return samples
+        """The discovery read: what the sampler has, no runsc and no call slot."""
+        return self.sampler.active()
 
     # -- daemon ------------------------------------------------------------------
 

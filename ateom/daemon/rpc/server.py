@@ -364,6 +364,7 @@ def serve(config: DaemonConfig, service: AteomService | None = None) -> int:
     service.reconcile()  # what a dead predecessor left, before SERVING
     service.reach.start_dataplane()
     service.janitor.start()
+    service.sampler.start()
     running = start_server(config, service)
     verdict[0] = running.why_not_serving
     if not running.problems:
@@ -373,6 +374,7 @@ def serve(config: DaemonConfig, service: AteomService | None = None) -> int:
     stop.set()
     watcher.join(timeout=RECHECK_INTERVAL + 1)
     running.set_serving(False)
+    service.sampler.stop()
     service.drain(config.shutdown_grace)
     service.reach.stop_dataplane()
     service.reach.stop_networks()

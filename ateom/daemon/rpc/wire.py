@@ -240,8 +240,9 @@ def stats_sample(sample: StatsSample) -> pb.WorkloadStatsSample:
         actor_template_atespace=a.actor_template_atespace,
         actor_template_name=a.actor_template_name,
         sandbox_class=pb.SANDBOX_CLASS_GVISOR,
-        # runsc events --stats reports what the sentry (the guest kernel) counts.
-        source=pb.STATS_SOURCE_GUEST_AGENT,
+        # runsc events --stats reports what the sentry (the guest kernel) counts;
+        # "not measured" is the reference's UNSPECIFIED.
+        source=pb.STATS_SOURCE_GUEST_AGENT if sample.measured else pb.STATS_SOURCE_UNSPECIFIED,
         memory_current_bytes=_uint64(sample.memory_current_bytes),
         memory_peak_bytes=_uint64(sample.memory_peak_bytes),
         memory_working_set_bytes=_uint64(sample.memory_working_set_bytes),

@@ -472,7 +472,15 @@ def test_stats_codes_and_mapping(make_world) -> None:  # type: ignore[no-untyped
     assert sample.memory_current_bytes == 1048576
     assert sample.memory_peak_bytes == 2097152
     assert sample.memory_working_set_bytes == 1048576 - 4096
-    assert [s.actor.actor_uid for s in w.service.active_workload_stats()] == ["s1"]
+    # The discovery read answers the sampler's latest (here the verified read's), never
+    # asking runsc itself; an actor booting is listed, not measured.
+    [active] = w.service.active_workload_stats()
+    assert (active.actor.actor_uid, active.measured, active.cpu_usage_usec) == ("s1", True, 5000)
+    booting = w.service.actors.admit(ActorRef("boot"), Op.RUN)
+    got = {s.actor.actor_uid: s.measured for s in w.service.active_workload_stats()}
+    assert got == {"s1": True, "boot": False}
+    w.service.actors.remove(booting)
+    booting.lock.release()
 
 
 def test_foreign_hooks_refused_before_side_effects(make_world) -> None:  # type: ignore[no-untyped-def]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from ateom._proto import ateom_pb2 as pb
-from ateom.daemon.calls.requests import DevicePolicy, SnapshotScope
+from ateom.daemon.calls.requests import ActorRef, DevicePolicy, SnapshotScope, StatsSample
 from ateom.daemon.rpc import wire
 from ateom.errors import AteomError, ErrorCode
 
@@ -201,3 +201,19 @@ def test_generated_code_is_reproducible(tmp_path: Path) -> None:
                     f"--python_out={tmp_path}", str(repo / "proto" / "ateom.proto")], check=True)
     assert (tmp_path / "ateom_pb2.py").read_text() == (
         repo / "ateom" / "_proto" / "ateom_pb2.py").read_text()
+
+
+def test_a_sample_says_how_it_was_measured_and_not_measured_is_unspecified() -> None:
+    ref = ActorRef("u", atespace="ns", actor_name="a")
+    measured = StatsSample(actor=ref, memory_current_bytes=3, memory_peak_bytes=4,
+                           memory_working_set_bytes=2, cpu_usage_usec=9,
+                           observed_at_unix_nano=11, epoch_unix_nano=5)
+    got = wire.stats_sample(measured)
+    assert (got.source, got.actor_uid, got.memory_current_bytes, got.observed_at_unix_nano) == (
+        pb.STATS_SOURCE_GUEST_AGENT, "u", 3, 11)
+    unmeasured = StatsSample(actor=ref, memory_current_bytes=0, memory_peak_bytes=0,
+                             memory_working_set_bytes=0, cpu_usage_usec=0,
+                             observed_at_unix_nano=12, epoch_unix_nano=5, measured=False)
+    got = wire.stats_sample(unmeasured)
+    assert (got.source, got.actor_name, got.atespace, got.cpu_usage_usec) == (
+        pb.STATS_SOURCE_UNSPECIFIED, "a", "ns", 0)

@@ -55,3 +55,26 @@ def read_capacity(directory: str) -> Capacity:
     cpu, cpu_problem = _read_limit(directory, CPU_FILE)
     memory, memory_problem = _read_limit(directory, MEMORY_FILE)
     return Capacity(cpu, memory, tuple(p for p in (cpu_problem, memory_problem) if p))
+
+
+def _meminfo_bytes(text: str, key: str) -> int:
+    for line in text.splitlines():
+        name, _, rest = line.partition(":")
+        if name == key and rest.split() and rest.split()[0].isdigit():
+            return int(rest.split()[0]) * 1024  # /proc/meminfo counts kB
+    return 0
+
+
+def memory_bound(capacity: Capacity, meminfo: str = "/proc/meminfo") -> int:
+    """The most memory any one sandbox of this worker can hold: the worker's limit
+    (its cgroup enforces it; swap may come on top), and at most the machine's RAM and
+    swap; 0 when neither can be read. What a checkpoint image can need at most."""
+    try:
+        with open(meminfo, encoding="ascii", errors="replace") as f:
+            text = f.read()
+    except OSError:
+        text = ""
+    total, swap = _meminfo_bytes(text, "MemTotal"), _meminfo_bytes(text, "SwapTotal")
+    bounds = [b for b in (total and total + swap,
+                          capacity.memory_bytes and capacity.memory_bytes + swap) if b]
+    return min(bounds, default=0)

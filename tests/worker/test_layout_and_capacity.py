@@ -3,13 +3,14 @@ capacity files, the --atunnel-* flags taken (`ateom.worker`)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 from ateom.errors import AteomError, ErrorCode
 from ateom.worker.atunnel import AtunnelSettings
-from ateom.worker.capacity import parse_limit, read_capacity
+from ateom.worker.capacity import Capacity, memory_bound, parse_limit, read_capacity
 from ateom.worker.layout import WorkerLayout, check_pod_uid
 
 POD = "0c3b6a9e-1b1d-4f5a-9f2e-1234567890ab"
@@ -78,3 +79,16 @@ def test_the_atunnel_flags_given_are_named_as_typed_and_only_the_broker_is_unuse
 def test_atunnel_flags_the_data_plane_could_not_start_with_are_named(
         settings: AtunnelSettings, want: list[str]) -> None:
     assert settings.problems() == want
+
+
+def test_the_memory_bound_is_the_limit_or_the_machine_whichever_is_less_swap_on_top(
+        tmp_path: Path) -> None:
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       16384 kB\nMemFree:  100 kB\nSwapTotal:   1024 kB\n")
+    assert memory_bound(Capacity(), str(meminfo)) == (16384 + 1024) * 1024
+    assert memory_bound(Capacity(memory_bytes=4 << 20), str(meminfo)) == (4 << 20) + (1 << 20)
+    assert memory_bound(Capacity(memory_bytes=1 << 40), str(meminfo)) == (16384 + 1024) * 1024
+    assert memory_bound(Capacity(memory_bytes=4 << 20), str(tmp_path / "none")) == 4 << 20
+    assert memory_bound(Capacity(), str(tmp_path / "none")) == 0  # nothing known
+    real = memory_bound(Capacity())  # this machine's /proc/meminfo
+    assert real >= os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") * 0.9

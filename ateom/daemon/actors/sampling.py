@@ -109,6 +109,14 @@ class StatsSampler:
                 out.append(unmeasured(actor, now_ns))
         return out
 
+    def memory_of(self, actor: Actor) -> int:
+        """The actor's memory at its latest sample; 0 with none (an estimate only)."""
+        with self._lock:
+            got = self._taken.get(actor.ref.actor_uid)
+        if got is None or got.actor is not actor or got.sample is None:
+            return 0
+        return got.sample.memory_current_bytes
+
     def keep(self, actor: Actor, sample: StatsSample) -> None:
         """A sample taken elsewhere (GetWorkloadStats), kept as the latest."""
         with self._lock:

@@ -16,6 +16,7 @@ restore the actor at DATA scope on their own.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 
 import structlog
 
@@ -38,10 +39,17 @@ log = structlog.get_logger("ateom.checkpoint")
 
 
 class Checkpoints:
-    def __init__(self, config: DaemonConfig, gpus: GpuActors, releases: Releases) -> None:
+    def __init__(self, config: DaemonConfig, gpus: GpuActors, releases: Releases, *,
+                 memory_bound: int = 0,
+                 latest_memory: Callable[[Actor], int] = lambda actor: 0) -> None:
+        """`memory_bound`: the most memory a sandbox here can hold (0: unknown),
+        `worker.capacity.memory_bound`; `latest_memory`: an actor's memory as last
+        sampled (the expected image size, for progress lines only)."""
         self.config = config
         self.gpus = gpus
         self.releases = releases
+        self.memory_bound = memory_bound
+        self.latest_memory = latest_memory
 
     def take(self, actor: Actor, image: str, scope: SnapshotScope = SnapshotScope.FULL,
              snapshot_uri: str = "") -> CheckpointResult:
@@ -143,20 +151,25 @@ class Checkpoints:
     def _check_room(self, actor: Actor, image: str, gpu: GpuSave | None,
                     durable: tuple[DurableVolume, ...] = ()) -> int:
         """Refuse (RESOURCE_EXHAUSTED) a checkpoint whose image cannot fit in the
-        checkpoint dir's filesystem: the actor's memory from runsc's stats, its
-        durable-dir data, and for a GPU actor the device memory its sandbox holds
-        (runs runsc; nvidia-smi only when the disk has less room than every byte of
-        the actor's GPUs would need). The image's expected size: that memory (the
-        device memory when it was asked)."""
+        checkpoint dir's filesystem: the actor's memory, its durable-dir data, and for
+        a GPU actor the device memory its sandbox holds. First against the most the
+        sandbox could hold (`memory_bound`, every byte of its GPUs): a disk with room
+        for that needs no runsc and no nvidia-smi, the answer the exact check would
+        give. Else the actor's memory from runsc's stats (nvidia-smi only when the
+        disk has less room than every byte of the actor's GPUs would need). The
+        image's expected size: that memory (the device memory when it was asked), or
+        the latest sampled memory when the bound sufficed."""
         uid = actor.ref.actor_uid
-        memory = stats.memory_in_use(actor, uid) + _durable_bytes(durable)
+        durable_bytes = _durable_bytes(durable)
+        gpu_bound = self.gpus.device_memory_bound(actor) if gpu is not None else 0
+        if self.memory_bound and gpu_bound is not None and _fits(
+                image, save.image_bytes_needed(self.memory_bound + durable_bytes, gpu_bound)):
+            return self.latest_memory(actor) + durable_bytes
+        memory = stats.memory_in_use(actor, uid) + durable_bytes
         gpu_memory = 0
         if gpu is not None:
-            bound = self.gpus.device_memory_bound(actor)
-            with contextlib.suppress(OSError):  # `check_room` below says why
-                if bound is not None and \
-                        save.free_bytes(image)[0] >= save.image_bytes_needed(memory, bound):
-                    return memory  # fits even with every GPU byte in the image
+            if gpu_bound is not None and _fits(image, save.image_bytes_needed(memory, gpu_bound)):
+                return memory  # fits even with every GPU byte in the image
             gpu_memory = self.gpus.device_memory(actor)
         what = f"memory {memory / save.MiB:.1f} MiB"
         if gpu_memory:
@@ -164,6 +177,14 @@ class Checkpoints:
         what += " + margin"
         save.check_room(image, save.image_bytes_needed(memory, gpu_memory), uid, what=what)
         return memory + gpu_memory
+
+
+def _fits(image: str, need: int) -> bool:
+    """Whether the checkpoint dir's filesystem has `need` bytes free (False when it
+    cannot be measured: `save.check_room` then says why)."""
+    with contextlib.suppress(OSError):
+        return save.free_bytes(image)[0] >= need
+    return False
 
 
 def _durable_bytes(durable: tuple[DurableVolume, ...]) -> int:

@@ -71,7 +71,7 @@ from ateom.runsc.commands import RunscError
 from ateom.runsc.probe import PROBE_TIMEOUT, RunscInfo, probe_runsc
 from ateom.settings import parse_placement
 from ateom.volumes import restore as restore_durable
-from ateom.worker.capacity import read_capacity
+from ateom.worker.capacity import memory_bound, read_capacity
 
 log = structlog.get_logger("ateom.service")
 
@@ -128,9 +128,11 @@ class AteomService:
         self.releases = Releases(self.hosting, self.gpus, self.actors)
         self.sampler = StatsSampler(self.actors, stats.actor_stats,
                                     interval=config.stats_interval)
-        self.checkpoints = Checkpoints(config, self.gpus, self.releases)
         # Read once, as Substrate's workers do: the Pod is not resized in place.
         self.capacity = read_capacity(config.capacity_dir)
+        self.checkpoints = Checkpoints(config, self.gpus, self.releases,
+                                       memory_bound=memory_bound(self.capacity),
+                                       latest_memory=self.sampler.memory_of)
         self.janitor = LogJanitor(
             config.log_root, max_bytes=config.log_max_bytes, retention=config.log_retention,
             hosted=lambda: [a.ref.actor_uid for a in self.actors.snapshot()])

@@ -249,6 +249,25 @@ def test_checkpoint_answers_relative_files_and_frees_worker(make_world) -> None:
     assert "delete c1_pause" in w.fake.commands()
 
 
+def test_the_room_check_asks_runsc_only_when_the_disk_could_be_too_small(  # type: ignore[no-untyped-def]
+        make_world) -> None:
+    # A disk with room for the most any sandbox here could hold needs no runsc at the
+    # save; one without is checked against the actor's memory, as runsc reports it.
+    from ateom.daemon.sandbox import save
+
+    w = make_world(max_actors=2)
+    for uid in ("roomy", "tight"):
+        w.service.run_workload(w.run(uid, "app"))
+    free = save.free_bytes(w.dirs("roomy").checkpoint_dir)[0]
+    for uid, bound, asked in (("roomy", 64 << 20, False), ("tight", free * 2, True)):
+        w.service.checkpoints.memory_bound = bound
+        start = len(w.fake.commands())
+        w.service.checkpoint_workload(CheckpointRequest(actor=ActorRef(uid), dirs=w.dirs(uid)))
+        stats = [c for c in w.fake.commands()[start:] if c.startswith("events")]
+        assert (stats == ["events app"]) is asked, (uid, stats)
+    assert w.service.actors.settle(10)
+
+
 def test_checkpoint_answers_only_the_files_runsc_wrote(make_world) -> None:  # type: ignore[no-untyped-def]
     w = make_world()
     w.service.run_workload(w.run("c0"))

@@ -2,7 +2,7 @@
 """Benchmark: a worker filling up with actors; what its reads and a turn cost as N grows.
 
     python benchmarks/bench_scale.py [--runsc PATH] [--steps 10,25,40] [-n 15]
-                                     [--quick] [--keep]                          (as root)
+                                     [--turns 5] [--quick] [--keep]              (as root)
 
 Issue 39. One `ateom serve` (`tests.support.daemon`, the runsc the set-up installed
 unless given: Debian's 0.0~20240729; actors without networks of their own) filled
@@ -15,7 +15,7 @@ At each step, once the daemon's stats sampler has a sample of every actor:
   way that read used to take them (GetWorkloadStats of every actor, one after
   another: runsc asked per container), ListActors and GetStatus; with, for the
   discovery read, the samples' ages at the read and how many had none yet;
-- one turn of one more actor (Run, Checkpoint, Restore, Terminate), each call split
+- `--turns` turns of one more actor (Run, Checkpoint, Restore, Terminate), each call split
   into runsc's time (its ``runsc.*`` phases and Terminate's ``teardown``, the
   daemon's log) and ateom's own (the rest of the RPC), `tests.support.attribution`;
 - the daemon's RSS and CPU share over the step's reads, and the sandboxes' idle CPU
@@ -145,26 +145,30 @@ class Worker:
         out["daemon cpu share during reads"] = round(share, 3)
         return out
 
-    def turn(self, step: int) -> dict[str, dict[str, float]]:
-        actor = sleeper(f"turn{step}")
-        node = self.node
-        log_from = len(self.daemon.log_events())
-        node.run(actor)
-        snapshot = node.checkpoint(actor)
-        node.restore(actor, snapshot)
-        node.terminate(actor)
-        shutil.rmtree(snapshot.stored, ignore_errors=True)
-        out: dict[str, dict[str, float]] = {}
-        for call in calls(self.daemon.log_events()[log_from:]):
-            names = [k for k, v in RPCS.items() if v == call.rpc]
-            if not names or call.actor != actor.uid:
-                continue
-            # Terminate's runsc calls (kill, state polls, delete) are its `teardown`.
-            runsc = sum(v for k, v in call.phases_ms.items()
-                        if k.startswith("runsc.") or k == "teardown")
-            out[names[0]] = {"wall": round(call.wall_ms, 1), "runsc": round(runsc, 1),
-                             "ateom": round(call.wall_ms - runsc, 1)}
-        return out
+    def turns(self, step: int, count: int) -> dict[str, dict[str, dict[str, float]]]:
+        """`count` turns of one more actor: per call, wall / runsc / ateom ms."""
+        spans: dict[str, dict[str, list[float]]] = {
+            c: {"wall": [], "runsc": [], "ateom": []} for c in RPCS}
+        for i in range(count):
+            actor = sleeper(f"turn{step}-{i}")
+            log_from = len(self.daemon.log_events())
+            self.node.run(actor)
+            snapshot = self.node.checkpoint(actor)
+            self.node.restore(actor, snapshot)
+            self.node.terminate(actor)
+            shutil.rmtree(snapshot.stored, ignore_errors=True)
+            for call in calls(self.daemon.log_events()[log_from:]):
+                names = [k for k, v in RPCS.items() if v == call.rpc]
+                if not names or call.actor != actor.uid:
+                    continue
+                # Terminate's runsc calls (kill, state polls, delete) are its `teardown`.
+                runsc = sum(v for k, v in call.phases_ms.items()
+                            if k.startswith("runsc.") or k == "teardown")
+                for part, ms in (("wall", call.wall_ms), ("runsc", runsc),
+                                 ("ateom", call.wall_ms - runsc)):
+                    spans[names[0]][part].append(ms / 1000)
+        return {c: {part: stats_ms(v) for part, v in parts.items() if v}
+                for c, parts in spans.items()}
 
     def idle(self, seconds: float = 2.0) -> dict[str, float]:
         pids = [p for uid in self.hosted
@@ -200,9 +204,12 @@ def report(step: int, got: dict[str, Any]) -> None:
           f" {got['reads']['daemon cpu share during reads']:.1%} of a CPU during the reads;"
           f" sandboxes idle {got['idle']['sandboxes cpu share']:.1%} of a CPU"
           f" ({got['idle']['per actor']:.2%} each)")
-    for call, t in got["turn"].items():
-        print(f"   a {call:10s} {t['wall']:8.1f} ms: runsc {t['runsc']:8.1f},"
-              f" ateom {t['ateom']:6.1f}")
+    for call, t in got["turns"].items():
+        if not t:
+            continue
+        line = ", ".join(f"{part} {t[part]['min']:.1f} / {t[part]['median']:.1f} /"
+                         f" {t[part]['p99']:.1f}" for part in ("wall", "runsc", "ateom"))
+        print(f"   {call:10s} (n={t['wall']['n']}) {line}")
 
 
 def main() -> int:
@@ -210,11 +217,12 @@ def main() -> int:
     parser.add_argument("--runsc", default=RUNSC, help="the runsc [the set-up's]")
     parser.add_argument("--steps", default="10,25,40", help="actors hosted at each step")
     parser.add_argument("-n", type=int, default=15, help="read rounds per step [15]")
-    parser.add_argument("--quick", action="store_true", help="steps 2,5 and 3 rounds")
+    parser.add_argument("--turns", type=int, default=5, help="turns per step [5]")
+    parser.add_argument("--quick", action="store_true", help="steps 2,5, 3 rounds, 2 turns")
     parser.add_argument("--keep", action="store_true", help="keep the work dir")
     args = parser.parse_args()
     if args.quick:
-        args.steps, args.n = "2,5", 3
+        args.steps, args.n, args.turns = "2,5", 3, 2
     try:
         steps = sorted({int(s) for s in args.steps.split(",")})
     except ValueError:
@@ -236,7 +244,7 @@ def main() -> int:
                 print(f"N = {step}: the sampler had not sampled every actor in time; "
                       "reads measured all the same")
             got = {"fill_s": round(took, 1), "idle": worker.idle(),
-                   "reads": worker.reads(args.n), "turn": worker.turn(step)}
+                   "reads": worker.reads(args.n), "turns": worker.turns(step, args.turns)}
             results["steps"][str(step)] = got
             report(step, got)
     except Exception as exc:

@@ -40,6 +40,7 @@ from typing import Any
 
 import grpc
 import pytest
+from grpc_health.v1.health_pb2 import HealthCheckRequest
 
 from ateom._proto import ateom_pb2 as pb
 from ateom.gpuinfo.record import RECORD_FILE
@@ -356,6 +357,25 @@ def test_terminate_of_a_wedged_sandbox_ends_within_the_grace_and_holds_no_one_up
         assert set(by_uid) == {wedged, other}
         assert (by_uid[wedged].source == pb.STATS_SOURCE_UNSPECIFIED
                 or by_uid[wedged].observed_at_unix_nano < stopped_ns), by_uid[wedged]
+        # Inspection never waits behind work: while a read of the wedged sandbox is
+        # stuck in runsc (its 3 s bound), every inspection call answers.
+        stuck = threading.Thread(target=lambda: refused(lambda: daemon.stub.GetWorkloadStats(
+            pb.GetWorkloadStatsRequest(actor_uid=wedged), timeout=30)))
+        stuck.start()
+        time.sleep(0.3)
+        for name, call in (
+                ("ListActors", lambda: daemon.inspect.ListActors(pb.ListActorsRequest(),
+                                                                 timeout=30)),
+                ("GetStatus", lambda: daemon.inspect.GetStatus(pb.GetStatusRequest(),
+                                                               timeout=30)),
+                ("Health", lambda: daemon.health.Check(HealthCheckRequest(), timeout=30)),
+                ("GetActiveWorkloadStats", lambda: daemon.stub.GetActiveWorkloadStats(
+                    pb.GetActiveWorkloadStatsRequest(), timeout=30))):
+            asked = time.monotonic()
+            call()
+            assert time.monotonic() - asked < 1.0, name
+        assert stuck.is_alive()  # they did not wait for it
+        stuck.join(30)
         assert time.monotonic() - started < 15
         started = time.monotonic()
         daemon.stub.TerminateWorkload(pb.TerminateWorkloadRequest(actor_uid=wedged), timeout=60)

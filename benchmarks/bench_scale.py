@@ -17,7 +17,9 @@ At each step, once the daemon's stats sampler has a sample of every actor:
   discovery read, the samples' ages at the read and how many had none yet;
 - `--turns` turns of one more actor (Run, Checkpoint, Restore, Terminate), each call split
   into runsc's time (its ``runsc.*`` phases and Terminate's ``teardown``, the
-  daemon's log) and ateom's own (the rest of the RPC), `tests.support.attribution`;
+  daemon's log), waits on other calls' work (``*.wait``: the previous turn's release,
+  a lock) and ateom's own (the rest of the RPC; and the CPU its handler's thread
+  spent, which the machine's load does not stretch), `tests.support.attribution`;
 - the daemon's RSS and CPU share over the step's reads, and the sandboxes' idle CPU
   (all runsc processes over 2 quiet seconds, per actor).
 
@@ -148,7 +150,8 @@ class Worker:
     def turns(self, step: int, count: int) -> dict[str, dict[str, dict[str, float]]]:
         """`count` turns of one more actor: per call, wall / runsc / ateom ms."""
         spans: dict[str, dict[str, list[float]]] = {
-            c: {"wall": [], "runsc": [], "ateom": []} for c in RPCS}
+            c: {"wall": [], "runsc": [], "waits": [], "ateom": [], "ateom cpu": []}
+            for c in RPCS}
         for i in range(count):
             actor = sleeper(f"turn{step}-{i}")
             log_from = len(self.daemon.log_events())
@@ -164,8 +167,11 @@ class Worker:
                 # Terminate's runsc calls (kill, state polls, delete) are its `teardown`.
                 runsc = sum(v for k, v in call.phases_ms.items()
                             if k.startswith("runsc.") or k == "teardown")
-                for part, ms in (("wall", call.wall_ms), ("runsc", runsc),
-                                 ("ateom", call.wall_ms - runsc)):
+                # Waits on other calls' work (the previous turn's release, a lock).
+                waits = sum(v for k, v in call.phases_ms.items() if k.endswith(".wait"))
+                for part, ms in (("wall", call.wall_ms), ("runsc", runsc), ("waits", waits),
+                                 ("ateom", call.wall_ms - runsc - waits),
+                                 ("ateom cpu", call.cpu_ms)):
                     spans[names[0]][part].append(ms / 1000)
         return {c: {part: stats_ms(v) for part, v in parts.items() if v}
                 for c, parts in spans.items()}
@@ -207,8 +213,9 @@ def report(step: int, got: dict[str, Any]) -> None:
     for call, t in got["turns"].items():
         if not t:
             continue
+        parts = ("wall", "runsc", "waits", "ateom", "ateom cpu")
         line = ", ".join(f"{part} {t[part]['min']:.1f} / {t[part]['median']:.1f} /"
-                         f" {t[part]['p99']:.1f}" for part in ("wall", "runsc", "ateom"))
+                         f" {t[part]['p99']:.1f}" for part in parts)
         print(f"   {call:10s} (n={t['wall']['n']}) {line}")
 
 

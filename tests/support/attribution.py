@@ -22,6 +22,7 @@ class CallTime:
     actor: str  # the call's actor uid ("" for calls without one)
     wall_ms: float
     phases_ms: Mapping[str, float] = field(default_factory=dict)  # the op's children, summed
+    cpu_ms: float = 0.0  # the CPU of the call's own thread (the daemon's, not runsc's)
 
     @property
     def attributed_ms(self) -> float:
@@ -59,7 +60,8 @@ def calls(events: Iterable[Mapping[str, Any]]) -> list[CallTime]:
             if e.get("parent") in tops:
                 spent[e["phase"]] += float(e["duration_ms"])
         out.append(CallTime(str(rpc["rpc"]), str(rpc.get("actor_uid") or ""),
-                            float(rpc["duration_ms"]), dict(spent)))
+                            float(rpc["duration_ms"]), dict(spent),
+                            float(rpc.get("cpu_ms") or 0.0)))
     return out
 
 

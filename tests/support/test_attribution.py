@@ -18,7 +18,7 @@ EVENTS = [
     _phase(1, "teardown", 20.0, "checkpoint"),
     _phase(1, "checkpoint", 95.0, None),
     {"event": "rpc", "call": 1, "rpc": "Ateom.CheckpointWorkload", "duration_ms": 100.0,
-     "actor_uid": "a"},
+     "actor_uid": "a", "cpu_ms": 6.5},
     {"event": "phase", "phase": "reconcile", "duration_ms": 5.0, "parent": None},  # no call
     _phase(2, "restore", 3.0, None),
     {"event": "rpc", "call": 2, "rpc": "Ateom.RestoreWorkload", "duration_ms": 4.0},
@@ -32,6 +32,7 @@ def test_a_calls_time_is_its_ops_children_and_the_rest_unattributed() -> None:
     assert ckpt.phases_ms == {"validate": 1.0, "runsc.checkpoint": 70.0, "teardown": 20.0}
     assert ckpt.unattributed_ms == 9.0 and round(ckpt.unattributed_share, 3) == 0.09
     assert restore.phases_ms == {"validate": 2.0} and restore.unattributed_ms == 2.0
+    assert (ckpt.cpu_ms, restore.cpu_ms) == (6.5, 0.0)  # an older daemon's line has none
 
 
 def test_the_summary_gives_medians_and_the_worst_share() -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from structlog.testing import capture_logs
 
 from ateom._proto import ateom_pb2 as pb
 from ateom._proto import ateom_pb2_grpc as pb_grpc
@@ -219,3 +220,12 @@ def test_spec_generator_runs_the_toolkit_dirs_nvidia_ctk(tmp_path: Path) -> None
     # The driver's bin/ still comes first on the child's PATH, as the issue asks.
     assert (toolkit / "seen").read_text().strip() == (
         f"PATH={driver}/bin:{toolkit}:/usr/bin:/bin")
+
+
+def test_each_rpc_line_says_its_wall_time_and_its_own_threads_cpu(running) -> None:  # type: ignore[no-untyped-def]
+    _, channel, _ = running
+    with capture_logs() as logs:
+        pb_grpc.InspectStub(channel).GetStatus(pb.GetStatusRequest())
+    [line] = [e for e in logs if e.get("event") == "rpc"]
+    assert line["rpc"] == "Inspect.GetStatus" and line["code"] == "OK"
+    assert 0 < line["cpu_ms"] <= line["duration_ms"] + 1  # CPU never outruns the clock

@@ -24,6 +24,7 @@ import contextlib
 import os
 import shutil
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import structlog
 
@@ -74,6 +75,9 @@ from ateom.volumes import restore as restore_durable
 from ateom.worker.capacity import memory_bound, read_capacity
 
 log = structlog.get_logger("ateom.service")
+
+# Terminations at once when the daemon drains (docs/operations.md: the Pod's grace).
+DRAIN_PARALLEL = 16
 
 
 def _durable_back(plan: SandboxPlan, snapshot: str, uid: str) -> None:
@@ -394,11 +398,21 @@ class AteomService:
         checkpoint or terminate its actors (Checkpoint/Terminate stay open);
         then terminate whatever is still hosted."""
         self.admission.drain(grace, lambda: len(self.actors))
-        for actor in self.actors.snapshot():
+        left = self.actors.snapshot()
+
+        def terminate(actor: Actor) -> None:
             # Not through a call slot: stuck calls may hold them all.
             with contextlib.suppress(AteomError), \
                     structlog.contextvars.bound_contextvars(actor_uid=actor.ref.actor_uid):
                 self._terminate(actor.ref)
+
+        # In parallel, DRAIN_PARALLEL at a time: one after another, N actors whose apps
+        # ignore SIGTERM would take N kill graces, past any Pod's termination grace.
+        # Each Terminate is bounded on its own (its grace, runsc's control timeouts).
+        if left:
+            with ThreadPoolExecutor(min(len(left), DRAIN_PARALLEL),
+                                    thread_name_prefix="ateom-drain") as pool:
+                list(pool.map(terminate, left))
 
     def reconcile(self) -> None:
         """Before serving: clear what a dead predecessor left on these dirs.

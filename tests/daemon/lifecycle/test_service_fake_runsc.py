@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from ateom.daemon.actors.table import Op, Phase
 from ateom.daemon.calls.requests import (
@@ -523,6 +524,24 @@ def test_drain_terminates_hosted_actors(make_world) -> None:  # type: ignore[no-
     assert w.service.state == "draining"
     assert w.service.actors.get("d1") is None
     assert "delete d1_pause" in w.fake.commands()
+
+
+def test_the_drain_terminates_its_actors_at_once_not_one_after_another(  # type: ignore[no-untyped-def]
+        make_world) -> None:
+    uids = ("m1", "m2", "m3")
+    w = make_world(max_actors=3)
+    for uid in uids:
+        w.service.run_workload(w.run(uid, "app"))
+    # Each sandbox's delete goes on only once all three have begun: one actor after
+    # another, the first would wait in vain past runsc's 3 s control timeout.
+    w.fake.meet(*(f"delete {u}_pause" for u in uids), within=5)
+    with capture_logs() as logs:
+        w.service.drain(0.1)
+    # (One after another: the first delete times out, `runsc_timed_out` and others.)
+    assert not [e for e in logs if e.get("log_level") in ("warning", "error")], logs
+    assert all(w.service.actors.get(u) is None for u in uids)
+    assert sorted(c for c in w.fake.commands() if c.endswith("_pause") and
+                  c.startswith("delete")) == [f"delete {u}_pause" for u in uids]
 
 
 def test_a_container_bundle_linked_outside_the_root_is_refused(make_world) -> None:  # type: ignore[no-untyped-def]

@@ -432,7 +432,7 @@ class GetStatusResponse(_message.Message):
     def __init__(self, version: _Optional[str] = ..., state: _Optional[str] = ..., actors: _Optional[_Iterable[_Union[HostedActor, _Mapping]]] = ..., gpu_present: _Optional[bool] = ..., cdi_spec_source: _Optional[str] = ..., runsc: _Optional[_Union[RunscStatus, _Mapping]] = ..., max_actors: _Optional[int] = ..., spec_dirs: _Optional[_Iterable[str]] = ..., gpu_placement: _Optional[str] = ..., gpus: _Optional[_Iterable[_Union[GpuHolders, _Mapping]]] = ..., not_ready: _Optional[_Iterable[str]] = ..., worker: _Optional[_Union[WorkerStatus, _Mapping]] = ...) -> None: ...
 
 class WorkerStatus(_message.Message):
-    __slots__ = ("pod_uid", "base_dir", "socket", "actors_root", "cpu_milli", "memory_bytes", "capacity_problems", "readiness_listen_address", "accepted_not_served")
+    __slots__ = ("pod_uid", "base_dir", "socket", "actors_root", "cpu_milli", "memory_bytes", "capacity_problems", "readiness_listen_address", "accepted_not_served", "cpu_milli_in_use", "memory_bytes_in_use")
     POD_UID_FIELD_NUMBER: _ClassVar[int]
     BASE_DIR_FIELD_NUMBER: _ClassVar[int]
     SOCKET_FIELD_NUMBER: _ClassVar[int]
@@ -442,6 +442,8 @@ class WorkerStatus(_message.Message):
     CAPACITY_PROBLEMS_FIELD_NUMBER: _ClassVar[int]
     READINESS_LISTEN_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     ACCEPTED_NOT_SERVED_FIELD_NUMBER: _ClassVar[int]
+    CPU_MILLI_IN_USE_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_BYTES_IN_USE_FIELD_NUMBER: _ClassVar[int]
     pod_uid: str
     base_dir: str
     socket: str
@@ -451,7 +453,9 @@ class WorkerStatus(_message.Message):
     capacity_problems: _containers.RepeatedScalarFieldContainer[str]
     readiness_listen_address: str
     accepted_not_served: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, pod_uid: _Optional[str] = ..., base_dir: _Optional[str] = ..., socket: _Optional[str] = ..., actors_root: _Optional[str] = ..., cpu_milli: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., capacity_problems: _Optional[_Iterable[str]] = ..., readiness_listen_address: _Optional[str] = ..., accepted_not_served: _Optional[_Iterable[str]] = ...) -> None: ...
+    cpu_milli_in_use: int
+    memory_bytes_in_use: int
+    def __init__(self, pod_uid: _Optional[str] = ..., base_dir: _Optional[str] = ..., socket: _Optional[str] = ..., actors_root: _Optional[str] = ..., cpu_milli: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., capacity_problems: _Optional[_Iterable[str]] = ..., readiness_listen_address: _Optional[str] = ..., accepted_not_served: _Optional[_Iterable[str]] = ..., cpu_milli_in_use: _Optional[int] = ..., memory_bytes_in_use: _Optional[int] = ...) -> None: ...
 
 class HostedActor(_message.Message):
     __slots__ = ("actor_uid", "atespace", "actor_name", "phase", "containers", "devices", "sandbox_exited", "gpus", "checkpointable", "checkpoint_blocker", "exit_code", "exited_at_unix_nano", "in_progress")

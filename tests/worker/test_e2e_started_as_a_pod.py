@@ -230,11 +230,15 @@ def test_the_controllers_arguments_serve_the_node_agent_the_kubelet_and_the_oper
     pod.stub.RunWorkload(pb.RunWorkloadRequest(
         actor_uid=uid, atespace="demo", actor_name="one",
         spec=pb.WorkloadSpec(containers=[pb.Container(name="app")]),
+        cpu_milli=3000, memory_bytes=2 << 30,
         actor_dirs=pb.ActorDirs(root_dir=root, oci_bundle_dir=f"{root}/bundles",
                                 checkpoint_dir=f"{root}/checkpoint",
                                 restore_dir=f"{root}/restore")), timeout=120)
-    listed = pod.inspect.GetStatus(pb.GetStatusRequest(), timeout=30).actors
-    assert [(a.actor_uid, a.phase) for a in listed] == [(uid, "running")]
+    status = pod.inspect.GetStatus(pb.GetStatusRequest(), timeout=30)
+    assert [(a.actor_uid, a.phase) for a in status.actors] == [(uid, "running")]
+    # What it asked of the Pod's 4000m and 8 GiB.
+    assert (status.worker.cpu_milli_in_use, status.worker.memory_bytes_in_use) == (
+        3000, 2 << 30)
     pod.stub.TerminateWorkload(pb.TerminateWorkloadRequest(actor_uid=uid), timeout=60)
 
 

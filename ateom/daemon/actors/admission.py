@@ -23,7 +23,7 @@ from contextlib import contextmanager
 
 import structlog
 
-from ateom.daemon.actors.table import Actor, ActorTable, Op
+from ateom.daemon.actors.table import NO_ASKS, Actor, ActorTable, Asks, Op
 from ateom.daemon.calls.phases import phase
 from ateom.daemon.calls.requests import ActorRef
 from ateom.errors import AteomError, ErrorCode
@@ -82,7 +82,8 @@ class Admission:
                 self._inflight -= 1
                 self._cond.notify_all()
 
-    def admit(self, actors: ActorTable, ref: ActorRef, op: Op, *, max_wait: float) -> Actor:
+    def admit(self, actors: ActorTable, ref: ActorRef, op: Op, *, max_wait: float,
+              asks: Asks = NO_ASKS) -> Actor:
         """Reserve the actor's slot (locked by the caller's thread), unless the drain
         has taken its last look at the hosted actors. Actors being released that
         are in the way are waited for first (up to `max_wait`), outside the lock
@@ -92,7 +93,7 @@ class Admission:
             if self._closed:
                 raise AteomError("ateom is shutting down: not accepting new actors",
                                  code=ErrorCode.UNAVAILABLE)
-            return actors.admit(ref, op)
+            return actors.admit(ref, op, asks)
 
     def drain(self, grace: float, hosted: Callable[[], int]) -> None:
         """Refuse new actors; wait up to `grace` for calls in flight to end and for

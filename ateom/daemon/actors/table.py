@@ -84,6 +84,34 @@ def next_phase(current: Phase | None, op: Op, uid: str, *, exit_note: str = "") 
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Asks:
+    """What an actor asks of the worker (its request's ``cpu_milli`` and
+    ``memory_bytes``; 0: nothing said), or what the worker has (0: not known)."""
+
+    cpu_milli: int = 0
+    memory_bytes: int = 0
+
+    def __add__(self, other: Asks) -> Asks:
+        return Asks(self.cpu_milli + other.cpu_milli, self.memory_bytes + other.memory_bytes)
+
+
+NO_ASKS = Asks()
+
+
+def over_capacity(uid: str, asks: Asks, held: Asks, capacity: Asks, hosted: int) -> str:
+    """Why `asks` does not fit beside what `hosted` actors hold of `capacity`, "" when it
+    does (pure). A capacity or an ask of 0 binds nothing."""
+    for what, need, used, cap, unit in (
+            ("CPU", asks.cpu_milli, held.cpu_milli, capacity.cpu_milli, "m"),
+            ("memory", asks.memory_bytes, held.memory_bytes, capacity.memory_bytes, " bytes")):
+        if cap and need and used + need > cap:
+            return (f"actor {uid}: asks {need}{unit} of {what}, and this worker has"
+                    f" {max(cap - used, 0)}{unit} of its {cap}{unit} left ({hosted} actor(s)"
+                    f" hold {used}{unit})")
+    return ""
+
+
 @dataclass
 class Actor:
     """One hosted actor. Mutable, guarded by `lock` (held for a whole lifecycle call)."""
@@ -96,6 +124,7 @@ class Actor:
     exited_at_unix_nano: int = 0
     epoch_unix_nano: int = field(default_factory=time.time_ns)
     memory_peak_bytes: int = 0
+    asks: Asks = NO_ASKS  # the resources its Run/Restore asked
     sandbox: Sandbox | None = None  # set while hosting; None before the plan is made
     succession: Succession = field(init=False)  # its part in the hand-over
 
@@ -128,8 +157,10 @@ class ActorTable:
     the daemon gives its GPUs back there."""
 
     def __init__(self, max_actors: int,
-                 on_exited: Callable[[Actor], None] | None = None) -> None:
+                 on_exited: Callable[[Actor], None] | None = None,
+                 capacity: Asks = NO_ASKS) -> None:
         self.max_actors = max_actors
+        self.capacity = capacity  # the worker's limits (0: not known, nothing refused)
         self._lock = threading.Lock()
         self._actors: dict[str, Actor] = {}
         self.on_exited = on_exited
@@ -182,9 +213,10 @@ class ActorTable:
                 if not releasing.succession.wait_gone(left, what):
                     return  # still there: admit's refusal says why
 
-    def admit(self, ref: ActorRef, op: Op) -> Actor:
+    def admit(self, ref: ActorRef, op: Op, asks: Asks = NO_ASKS) -> Actor:
         """Reserve a slot for a new actor (Run/Restore), already locked by the caller's
-        thread. A slot a checkpointed actor yielded is taken at once; when the
+        thread, when `asks` fits beside what the actors hosted ask of the worker's
+        capacity. A slot a checkpointed actor yielded is taken at once; when the
         worker is full but for such slots, the actors still exiting are the new
         one's predecessors (`Succession.take`)."""
         with self._lock:
@@ -198,7 +230,10 @@ class ActorTable:
                     f" {hosted}/{self.max_actors} actor(s)",
                     code=ErrorCode.RESOURCE_EXHAUSTED,
                 )
-            actor = Actor(ref=ref, phase=first)
+            full = over_capacity(ref.actor_uid, asks, self._held(), self.capacity, hosted)
+            if full:
+                raise AteomError(full, code=ErrorCode.RESOURCE_EXHAUSTED)
+            actor = Actor(ref=ref, phase=first, asks=asks)
             dying = self._dying()
             if hosted + len(dying) >= self.max_actors:
                 actor.succession.take(dying)
@@ -237,6 +272,14 @@ class ActorTable:
 
     def _counted(self) -> int:
         return sum(1 for a in self._actors.values() if a.succession.counted)
+
+    def _held(self) -> Asks:
+        return sum((a.asks for a in self._actors.values() if a.succession.counted), NO_ASKS)
+
+    def held(self) -> Asks:
+        """What the actors taking capacity ask of the worker, together."""
+        with self._lock:
+            return self._held()
 
     def _releasing(self, uid: str) -> Actor | None:
         """The actor `uid` while RELEASING; None otherwise."""

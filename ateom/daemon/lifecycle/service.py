@@ -33,7 +33,7 @@ from ateom.daemon.actors.admission import Admission
 from ateom.daemon.actors.hosting import Hosting
 from ateom.daemon.actors.sampling import StatsSampler
 from ateom.daemon.actors.succession import yielders_of
-from ateom.daemon.actors.table import Actor, ActorTable, Op
+from ateom.daemon.actors.table import Actor, ActorTable, Asks, Op
 from ateom.daemon.bundles.catalog import DeviceCatalog
 from ateom.daemon.bundles.plan import CdiInjector, Injector, SandboxPlan, SandboxPlanner
 from ateom.daemon.bundles.store import BundleStore, bundles_root
@@ -109,7 +109,11 @@ class AteomService:
         self.reaper = reaper or default_reaper()
         self.environ: Mapping[str, str] = dict(config.env or os.environ)
         self.admission = Admission(config.lifecycle_slots)
-        self.actors = ActorTable(config.max_actors, on_exited=self._exited_on_its_own)
+        # Read once, as Substrate's workers do: the Pod is not resized in place.
+        self.capacity = read_capacity(config.capacity_dir)
+        self.actors = ActorTable(config.max_actors, on_exited=self._exited_on_its_own,
+                                 capacity=Asks(self.capacity.cpu_milli,
+                                               self.capacity.memory_bytes))
         self.injector: Injector = injector or CdiInjector(config.node)
         self.catalog = DeviceCatalog(config.node, SpecGenerator(
             self.reaper, config.node, config.generated_cdi_dir, self.environ,
@@ -132,8 +136,6 @@ class AteomService:
         self.releases = Releases(self.hosting, self.gpus, self.actors)
         self.sampler = StatsSampler(self.actors, stats.actor_stats,
                                     interval=config.stats_interval)
-        # Read once, as Substrate's workers do: the Pod is not resized in place.
-        self.capacity = read_capacity(config.capacity_dir)
         self.checkpoints = Checkpoints(config, self.gpus, self.releases,
                                        memory_bound=memory_bound(self.capacity),
                                        latest_memory=self.sampler.memory_of)
@@ -210,7 +212,8 @@ class AteomService:
         Admission, the hosting table's rollback and the actor lock's release live
         here once for Run and Restore."""
         uid = req.actor.actor_uid
-        actor = self.admission.admit(self.actors, req.actor, op, max_wait=self.config.lock_wait)
+        actor = self.admission.admit(self.actors, req.actor, op, max_wait=self.config.lock_wait,
+                                     asks=Asks(req.cpu_milli, req.memory_bytes))
         try:
             # What a dead predecessor left of this actor (its sandbox, ateom's bundle
             # dirs) goes before the new sandbox takes the same names.

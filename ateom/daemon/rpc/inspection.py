@@ -23,7 +23,7 @@ from ateom._proto import ateom_pb2_grpc as pb_grpc
 from ateom.cdi.registry import Registry
 from ateom.cdi.spec_file import spec_problems
 from ateom.daemon.actors.admission import Admission
-from ateom.daemon.actors.table import ActorTable
+from ateom.daemon.actors.table import NO_ASKS, ActorTable, Asks
 from ateom.daemon.bundles import devices
 from ateom.daemon.bundles.catalog import DeviceCatalog
 from ateom.daemon.bundles.plan import Injector, read_bundle_config
@@ -88,11 +88,13 @@ class WorkerStatus:
     capacity: Capacity
     readiness_listen_address: str
     accepted_not_served: tuple[str, ...]
+    in_use: Asks = NO_ASKS  # what the actors hosted ask of the capacity
 
     @classmethod
-    def of(cls, config: DaemonConfig, capacity: Capacity) -> WorkerStatus:
+    def of(cls, config: DaemonConfig, capacity: Capacity, in_use: Asks) -> WorkerStatus:
         return cls(config.pod_uid, config.base_dir, config.socket, config.actors_root,
-                   capacity, config.readiness_listen_address, config.accepted_not_served)
+                   capacity, config.readiness_listen_address, config.accepted_not_served,
+                   in_use)
 
 
 def doctor_config(config: DaemonConfig, spec_dirs: Sequence[str]) -> DoctorConfig:
@@ -178,7 +180,7 @@ class Inspector:
             gpu_placement=str(self.gpus.pool.settings),
             placement=self.gpus.pool.snapshot(),
             not_ready=self.not_ready(),
-            worker=WorkerStatus.of(self.config, self.capacity),
+            worker=WorkerStatus.of(self.config, self.capacity, self.actors.held()),
         )
 
     def devices(self) -> Registry:
@@ -301,7 +303,8 @@ def worker_status(worker: WorkerStatus) -> pb.WorkerStatus:
         memory_bytes=worker.capacity.memory_bytes,
         capacity_problems=list(worker.capacity.problems),
         readiness_listen_address=worker.readiness_listen_address,
-        accepted_not_served=list(worker.accepted_not_served))
+        accepted_not_served=list(worker.accepted_not_served),
+        cpu_milli_in_use=worker.in_use.cpu_milli, memory_bytes_in_use=worker.in_use.memory_bytes)
 
 
 def devices_response(registry: Registry) -> pb.ListDevicesResponse:

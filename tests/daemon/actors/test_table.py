@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ateom.daemon.actors.table import Actor, ActorTable, Op, Phase, next_phase
+from ateom.daemon.actors.table import Actor, ActorTable, Asks, Op, Phase, next_phase, over_capacity
 from ateom.daemon.calls.requests import (
     ActorRef,
 )
@@ -155,3 +155,30 @@ def test_an_actor_a_call_removed_is_not_reported_exited_by_its_own_teardown() ->
         table.remove(actor)
     assert seen == []  # a terminated actor did not exit "on its own"
     assert a.phase is Phase.TERMINATING
+
+
+def test_an_actor_fits_only_beside_what_the_hosted_ask_of_the_workers_capacity() -> None:
+    table = ActorTable(4, capacity=Asks(cpu_milli=1000, memory_bytes=1 << 30))
+    a = table.admit(ActorRef("a"), Op.RUN, Asks(600, 256 << 20))
+    a.lock.release()
+    with pytest.raises(AteomError) as full:
+        table.admit(ActorRef("b"), Op.RUN, Asks(600, 0))
+    assert full.value.code is ErrorCode.RESOURCE_EXHAUSTED
+    assert full.value.message == ("actor b: asks 600m of CPU, and this worker has 400m of its"
+                                  " 1000m left (1 actor(s) hold 600m)")
+    assert table.get("b") is None and table.held() == Asks(600, 256 << 20)
+    with pytest.raises(AteomError, match="asks 1073741824 bytes of memory"):
+        table.admit(ActorRef("b"), Op.RUN, Asks(0, 1 << 30))
+    b = table.admit(ActorRef("b"), Op.RUN, Asks(400, 0))  # exactly what is left
+    c = table.admit(ActorRef("c"), Op.RUN)  # asking nothing, bound by nothing
+    assert table.held() == Asks(1000, 256 << 20)
+    table.remove(a)
+    assert table.held() == Asks(400, 0)
+    for actor in (b, c):
+        actor.lock.release()
+
+
+def test_a_capacity_or_an_ask_of_zero_binds_nothing() -> None:
+    assert over_capacity("x", Asks(10**6, 1 << 40), Asks(), Asks(), 0) == ""
+    assert over_capacity("x", Asks(0, 0), Asks(5000, 1 << 40), Asks(1000, 1 << 30), 3) == ""
+    assert "memory" in over_capacity("x", Asks(1, 2), Asks(0, 1), Asks(0, 2), 1)

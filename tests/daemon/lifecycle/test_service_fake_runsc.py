@@ -526,6 +526,27 @@ def test_drain_terminates_hosted_actors(make_world) -> None:  # type: ignore[no-
     assert "delete d1_pause" in w.fake.commands()
 
 
+def test_a_run_that_would_overfill_the_workers_capacity_is_refused_before_anything(  # type: ignore[no-untyped-def]
+        make_world, tmp_path: Path) -> None:
+    capacity = tmp_path / "capacity"
+    capacity.mkdir()
+    (capacity / "cpu_milli").write_text("1000")
+    (capacity / "memory_bytes").write_text(str(1 << 30))
+    w = make_world(max_actors=3, capacity_dir=str(capacity))
+    w.service.run_workload(dataclasses.replace(w.run("k1", "app"), cpu_milli=600))
+    start = len(w.fake.commands())
+    with pytest.raises(AteomError) as err:
+        w.service.run_workload(dataclasses.replace(w.run("k2", "app"), cpu_milli=600))
+    assert err.value.code is ErrorCode.RESOURCE_EXHAUSTED
+    assert "asks 600m of CPU, and this worker has 400m of its 1000m left" in err.value.message
+    assert w.fake.commands()[start:] == [] and w.service.actors.get("k2") is None
+    worker = Inspector.for_service(w.service).status().worker
+    assert worker is not None and (worker.in_use.cpu_milli, worker.in_use.memory_bytes) == (
+        600, 0)
+    w.service.run_workload(dataclasses.replace(w.run("k3", "app"), cpu_milli=400,
+                                               memory_bytes=1 << 30))  # all that is left
+
+
 def test_the_drain_terminates_its_actors_at_once_not_one_after_another(  # type: ignore[no-untyped-def]
         make_world) -> None:
     uids = ("m1", "m2", "m3")

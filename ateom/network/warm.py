@@ -1,8 +1,8 @@
 """`WarmPool`: a few networks made ahead of the actors that will have them.
 
-Making a network (a namespace, a veth pair, addresses and routes) costs a Run
-some 10-20 ms of netlink and the kernel's work (docs/performance.md, "An
-actor's own network"). Networks are named after their /30, not their actor
+Making a network (a namespace, a veth pair, addresses and routes) is netlink
+and the kernel's work that a Run would otherwise wait for (docs/performance.md,
+"An actor's own network"). Networks are named after their /30, not their actor
 (`ateom.network.addressing`), so one can be made before anyone asks: a Run
 takes a ready one and the pool makes the next on a thread of its own, off
 every call's path. When the pool is empty (a burst of Runs, or making one

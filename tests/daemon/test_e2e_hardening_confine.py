@@ -329,9 +329,11 @@ def test_logs_are_capped_while_running_and_removed_after_terminate(log_world: Da
         assert max(sizes) <= 2.5 * LOG_MAX, max(sizes)
         rotated = logs / "_pause.log.1"
         assert rotated.exists() and 0 < rotated.stat().st_size <= LOG_MAX // 2
-        # Only one generation of each file is kept.
+        # Only one generation of each file is kept (runsc.log: the stats sampler's
+        # `runsc events`, which names no container of its own).
         assert {p.name for p in logs.iterdir()} <= {
-            "_pause.log", "_pause.log.1", "_pause.runsc.log", "_pause.runsc.log.1"}
+            "_pause.log", "_pause.log.1", "_pause.runsc.log", "_pause.runsc.log.1",
+            "runsc.log", "runsc.log.1"}
         assert last_line_number(rotated.read_text(errors="replace")) > 0
 
         d.stub.TerminateWorkload(pb.TerminateWorkloadRequest(actor_uid=chatty), timeout=60)

@@ -2,8 +2,8 @@
 
 GetActiveWorkloadStats is a scraper's discovery read, "safe on a timer" (the
 reference's words). Asking runsc about every container of every actor at each
-read cost it 46-79 ms per actor on a 2-core worker and a call slot while it
-ran (issue 39): minutes at a thousand actors. With ``--ignore-cgroups`` (what
+read made its cost grow with the actors, and it held a call slot while it ran
+(docs/performance.md, "Many actors on one worker"). With ``--ignore-cgroups`` (what
 a worker Pod needs) the sandboxes have no cgroup of their own to read, so
 runsc's own view stays the source, and it is asked here, off every call's
 path: one thread samples the running actors, the one whose sample is oldest
@@ -22,7 +22,7 @@ look at this table, whatever the number of actors:
 Pacing: each actor is sampled again `interval` seconds after its last sample
 at the soonest, and the thread rests after each sample for as long as keeps
 its own share of one CPU at `duty` at most (runsc is a Go binary started per
-container: some 10-40 ms of CPU each). When the actors are too many for both,
+container, each sample a few of them). When the actors are too many for both,
 samples grow older rather than the CPU they cost: the age is in every sample.
 GetWorkloadStats, the read that names its actor, still asks runsc then and
 there (and keeps what it got here).

@@ -137,9 +137,10 @@ class StatsSampler:
         """The running actor to sample now (oldest first), or None and how long until
         one is due; forgets the actors that left."""
         now = time.monotonic()
-        running = [a for a in self.actors.snapshot() if a.phase is Phase.RUNNING]
+        hosted = self.actors.snapshot()
+        running = [a for a in hosted if a.phase is Phase.RUNNING]
         with self._lock:
-            here = {a.ref.actor_uid for a in self.actors.snapshot()}
+            here = {a.ref.actor_uid for a in hosted}
             for uid in [u for u in self._taken if u not in here]:
                 del self._taken[uid]
             ages: list[tuple[float, Actor]] = []
